@@ -1,0 +1,392 @@
+//! The training DAG: nodes in topological order with their cost, output bytes and dependencies.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use petgraph::algo::{tarjan_scc, toposort};
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Position of a node in the graph's topological order (`0..graph.len()`).
+///
+/// Plans, schedules and solvers work with these; files keep the ids they were read with
+/// ([`Node::id`]).
+pub type NodeIdx = usize;
+
+/// What part of training a node belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeKind {
+    /// A layer of the forward pass.
+    Forward,
+    /// The loss.
+    Loss,
+    /// A gradient computation of the backward pass.
+    Backward,
+}
+
+impl NodeKind {
+    /// The name used in `checkmate-graph/1` files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeKind::Forward => "forward",
+            NodeKind::Loss => "loss",
+            NodeKind::Backward => "backward",
+        }
+    }
+}
+
+impl fmt::Display for NodeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A node as given by a file or a model builder, before validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSpec {
+    /// Unique id (kept for plans and files).
+    pub id: u64,
+    /// Human-readable name, e.g. `block1_conv1`.
+    pub name: String,
+    /// Forward, loss or backward.
+    pub kind: NodeKind,
+    /// Cost of one compute, in the graph's cost unit; finite and non-negative.
+    pub cost: f64,
+    /// Bytes of the node's output tensor.
+    pub bytes: u64,
+    /// Bytes of scratch memory live only while the node computes.
+    pub workspace_bytes: u64,
+    /// Ids of the nodes whose outputs this node reads.
+    pub deps: Vec<u64>,
+}
+
+/// A validated node of a [`Graph`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// The id from the file or builder.
+    pub id: u64,
+    /// Human-readable name.
+    pub name: String,
+    /// Forward, loss or backward.
+    pub kind: NodeKind,
+    /// Cost of one compute.
+    pub cost: f64,
+    /// Bytes of the output tensor.
+    pub bytes: u64,
+    /// Scratch bytes live only during the compute.
+    pub workspace_bytes: u64,
+}
+
+/// A validated, acyclic training graph whose nodes are stored in topological order.
+///
+/// Invariants: every dependency of node `i` has an index smaller than `i`; ids are unique; costs are
+/// finite and non-negative; the graph has at least one node.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    name: String,
+    cost_unit: String,
+    static_bytes: u64,
+    nodes: Vec<Node>,
+    preds: Vec<Vec<NodeIdx>>,
+    succs: Vec<Vec<NodeIdx>>,
+    index_of_id: HashMap<u64, NodeIdx>,
+}
+
+/// Names a node in messages: `id (name)`.
+fn label(id: u64, name: &str) -> String {
+    format!("{id} ({name})")
+}
+
+impl Graph {
+    /// Validates `specs` and builds the graph.
+    ///
+    /// Nodes keep the given order when it is already topological (so a file's frontier order is
+    /// preserved); otherwise they are ordered by `petgraph`'s topological sort.
+    pub fn new(
+        name: impl Into<String>,
+        cost_unit: impl Into<String>,
+        static_bytes: u64,
+        specs: Vec<NodeSpec>,
+    ) -> Result<Graph> {
+        if specs.is_empty() {
+            return Err(Error::InvalidField {
+                location: "graph".into(),
+                field: "nodes".into(),
+                value: "[]".into(),
+                expected: "at least one node".into(),
+            });
+        }
+        let mut pos_of_id: HashMap<u64, usize> = HashMap::with_capacity(specs.len());
+        for (pos, s) in specs.iter().enumerate() {
+            if !s.cost.is_finite() || s.cost < 0.0 {
+                return Err(Error::InvalidField {
+                    location: format!("node {}", label(s.id, &s.name)),
+                    field: "cost".into(),
+                    value: s.cost.to_string(),
+                    expected: "a finite, non-negative number".into(),
+                });
+            }
+            if let Some(&first) = pos_of_id.get(&s.id) {
+                return Err(Error::DuplicateId {
+                    id: s.id,
+                    first: specs[first].name.clone(),
+                    second: s.name.clone(),
+                });
+            }
+            pos_of_id.insert(s.id, pos);
+        }
+        // Dependencies as file positions, deduplicated.
+        let mut dep_pos: Vec<Vec<usize>> = Vec::with_capacity(specs.len());
+        for s in &specs {
+            let mut d = Vec::with_capacity(s.deps.len());
+            for dep in &s.deps {
+                match pos_of_id.get(dep) {
+                    Some(&p) => d.push(p),
+                    None => {
+                        return Err(Error::DanglingDep {
+                            id: s.id,
+                            name: s.name.clone(),
+                            dep: *dep,
+                        })
+                    }
+                }
+            }
+            d.sort_unstable();
+            d.dedup();
+            dep_pos.push(d);
+        }
+        let given_is_topological = dep_pos
+            .iter()
+            .enumerate()
+            .all(|(pos, deps)| deps.iter().all(|&d| d < pos));
+        let order: Vec<usize> = if given_is_topological {
+            (0..specs.len()).collect()
+        } else {
+            let mut dg: DiGraph<(), ()> = DiGraph::with_capacity(specs.len(), 0);
+            for _ in &specs {
+                dg.add_node(());
+            }
+            for (pos, deps) in dep_pos.iter().enumerate() {
+                for &d in deps {
+                    dg.add_edge(NodeIndex::new(d), NodeIndex::new(pos), ());
+                }
+            }
+            match toposort(&dg, None) {
+                Ok(order) => order.into_iter().map(|n| n.index()).collect(),
+                Err(cycle) => {
+                    let nodes = describe_cycle(&dg, cycle.node_id())
+                        .into_iter()
+                        .map(|p| label(specs[p].id, &specs[p].name))
+                        .collect();
+                    return Err(Error::Cycle { nodes });
+                }
+            }
+        };
+        let mut new_index = vec![0usize; specs.len()];
+        for (idx, &pos) in order.iter().enumerate() {
+            new_index[pos] = idx;
+        }
+        let mut preds: Vec<Vec<NodeIdx>> = vec![Vec::new(); specs.len()];
+        let mut succs: Vec<Vec<NodeIdx>> = vec![Vec::new(); specs.len()];
+        for (pos, deps) in dep_pos.iter().enumerate() {
+            let i = new_index[pos];
+            preds[i] = deps.iter().map(|&d| new_index[d]).collect();
+            preds[i].sort_unstable();
+            for &p in &preds[i] {
+                succs[p].push(i);
+            }
+        }
+        for s in &mut succs {
+            s.sort_unstable();
+        }
+        let mut slots: Vec<Option<NodeSpec>> = specs.into_iter().map(Some).collect();
+        let nodes: Vec<Node> = order
+            .iter()
+            .map(|&pos| {
+                let s = slots[pos]
+                    .take()
+                    .expect("each position appears once in the order");
+                Node {
+                    id: s.id,
+                    name: s.name,
+                    kind: s.kind,
+                    cost: s.cost,
+                    bytes: s.bytes,
+                    workspace_bytes: s.workspace_bytes,
+                }
+            })
+            .collect();
+        let index_of_id = nodes.iter().enumerate().map(|(i, n)| (n.id, i)).collect();
+        Ok(Graph {
+            name: name.into(),
+            cost_unit: cost_unit.into(),
+            static_bytes,
+            nodes,
+            preds,
+            succs,
+            index_of_id,
+        })
+    }
+
+    /// The graph's name (plans refer to it).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The unit of every node's cost (`us`, `flops`, `s`, ...).
+    pub fn cost_unit(&self) -> &str {
+        &self.cost_unit
+    }
+
+    /// Bytes that are live for the whole step and never freed (parameters, gradients, optimizer
+    /// state, the input batch).
+    pub fn static_bytes(&self) -> u64 {
+        self.static_bytes
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Always false: a graph has at least one node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The node at topological position `i`.
+    pub fn node(&self, i: NodeIdx) -> &Node {
+        &self.nodes[i]
+    }
+
+    /// All nodes in topological order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Inputs of node `i`, ascending.
+    pub fn preds(&self, i: NodeIdx) -> &[NodeIdx] {
+        &self.preds[i]
+    }
+
+    /// Consumers of node `i`, ascending.
+    pub fn succs(&self, i: NodeIdx) -> &[NodeIdx] {
+        &self.succs[i]
+    }
+
+    /// The position of the node with file id `id`.
+    pub fn index_of(&self, id: u64) -> Option<NodeIdx> {
+        self.index_of_id.get(&id).copied()
+    }
+
+    /// `id (name)` of node `i`, for messages.
+    pub fn label(&self, i: NodeIdx) -> String {
+        label(self.nodes[i].id, &self.nodes[i].name)
+    }
+
+    /// Number of edges.
+    pub fn edge_count(&self) -> usize {
+        self.preds.iter().map(Vec::len).sum()
+    }
+
+    /// Sum of all node costs: the cost of one pass without recomputation.
+    pub fn total_cost(&self) -> f64 {
+        self.nodes.iter().map(|n| n.cost).sum()
+    }
+
+    /// Positions of the forward nodes, in topological order.
+    pub fn forward_nodes(&self) -> impl Iterator<Item = NodeIdx> + '_ {
+        (0..self.len()).filter(|&i| self.nodes[i].kind == NodeKind::Forward)
+    }
+
+    /// Returns a copy with static memory replaced (e.g. after adding optimizer state).
+    pub fn with_static_bytes(mut self, static_bytes: u64) -> Graph {
+        self.static_bytes = static_bytes;
+        self
+    }
+
+    /// The graph as `petgraph` nodes `0..len` (same indices) and dependency edges.
+    pub fn to_petgraph(&self) -> DiGraph<(), ()> {
+        let mut dg = DiGraph::with_capacity(self.len(), self.edge_count());
+        for _ in 0..self.len() {
+            dg.add_node(());
+        }
+        for (i, ps) in self.preds.iter().enumerate() {
+            for &p in ps {
+                dg.add_edge(NodeIndex::new(p), NodeIndex::new(i), ());
+            }
+        }
+        dg
+    }
+
+    /// The least activation memory any plan needs: every node must at some moment be live together
+    /// with its inputs and its workspace.
+    pub fn min_feasible_activation_bytes(&self) -> u64 {
+        (0..self.len())
+            .map(|i| {
+                let n = &self.nodes[i];
+                n.bytes
+                    + n.workspace_bytes
+                    + self.preds[i]
+                        .iter()
+                        .map(|&p| self.nodes[p].bytes)
+                        .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Node specs in topological order with ids as dependencies (the inverse of [`Graph::new`]).
+    pub fn to_specs(&self) -> Vec<NodeSpec> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeSpec {
+                id: n.id,
+                name: n.name.clone(),
+                kind: n.kind,
+                cost: n.cost,
+                bytes: n.bytes,
+                workspace_bytes: n.workspace_bytes,
+                deps: self.preds[i].iter().map(|&p| self.nodes[p].id).collect(),
+            })
+            .collect()
+    }
+}
+
+/// One cycle through `start` (as graph positions), found inside its strongly connected component.
+fn describe_cycle(dg: &DiGraph<(), ()>, start: NodeIndex) -> Vec<usize> {
+    let scc: Vec<NodeIndex> = tarjan_scc(dg)
+        .into_iter()
+        .find(|c| c.contains(&start))
+        .unwrap_or_else(|| vec![start]);
+    // Breadth-first search from `start` back to `start`, staying inside the component.
+    let mut parent: HashMap<NodeIndex, NodeIndex> = HashMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(u) = queue.pop_front() {
+        for v in dg.neighbors(u) {
+            if !scc.contains(&v) {
+                continue;
+            }
+            if v == start {
+                let mut path = vec![u.index()];
+                let mut cur = u;
+                while cur != start {
+                    cur = parent[&cur];
+                    path.push(cur.index());
+                }
+                path.reverse();
+                path.push(start.index());
+                return path;
+            }
+            if let std::collections::hash_map::Entry::Vacant(e) = parent.entry(v) {
+                e.insert(u);
+                queue.push_back(v);
+            }
+        }
+    }
+    scc.iter().map(|n| n.index()).collect()
+}

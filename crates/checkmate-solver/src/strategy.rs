@@ -1,0 +1,190 @@
+//! The strategy trait, solve options and solutions.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use checkmate_graph::{simulate, Graph, Plan, Simulation};
+
+use crate::error::{Error, Result};
+
+/// How a strategy's answer stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Proven optimal (within the MIP gap for `milp`).
+    Optimal,
+    /// Within budget, not proven optimal.
+    Feasible,
+    /// No plan within budget exists, or none was found.
+    Infeasible,
+    /// The time limit passed before any plan was found.
+    Timeout,
+}
+
+impl Status {
+    /// `optimal`, `feasible`, `infeasible` or `timeout`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Optimal => "optimal",
+            Status::Feasible => "feasible",
+            Status::Infeasible => "infeasible",
+            Status::Timeout => "timeout",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which MILP formulation `milp` and `lp-round` build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Formulation {
+    /// Our tightened formulation (the default).
+    #[default]
+    Fast,
+    /// The paper's formulation, constraint for constraint.
+    Paper,
+}
+
+/// Options shared by all strategies; heuristics ignore the solver ones.
+#[derive(Debug, Clone)]
+pub struct SolveOptions {
+    /// Wall-clock limit for MILP/LP solves.
+    pub time_limit: Option<Duration>,
+    /// Relative MIP gap at which `milp` stops.
+    pub mip_gap: f64,
+    /// Solver threads.
+    pub threads: usize,
+    /// MILP formulation.
+    pub formulation: Formulation,
+    /// Give `milp` the best heuristic plan as a starting incumbent.
+    pub warm_start: bool,
+    /// Seed for randomized rounding.
+    pub seed: u64,
+}
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        SolveOptions {
+            time_limit: None,
+            mip_gap: 1e-4,
+            threads: 1,
+            formulation: Formulation::Fast,
+            warm_start: true,
+            seed: 0,
+        }
+    }
+}
+
+/// What a strategy returns before the simulator judges it.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The plan, if one was found.
+    pub plan: Option<Plan>,
+    /// Optimal, feasible, infeasible or timeout.
+    pub status: Status,
+    /// A proven lower bound on the cost of any plan within the budget.
+    pub lower_bound: Option<f64>,
+}
+
+/// A rematerialization strategy: given a graph and an activation budget, a plan.
+pub trait Strategy: Send + Sync {
+    /// The strategy's name as on the command line.
+    fn name(&self) -> &'static str;
+
+    /// Finds a plan whose activation peak should stay within `budget_bytes`.
+    ///
+    /// The caller ([`solve`]) simulates the plan and rejects it if it is over budget; strategies never
+    /// report their own peak or cost.
+    fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome>;
+
+    /// The least activation budget at which this strategy returns a plan, when it can tell cheaply.
+    fn least_feasible_budget(&self, graph: &Graph, options: &SolveOptions) -> Result<Option<u64>> {
+        let _ = (graph, options);
+        Ok(None)
+    }
+}
+
+/// A plan judged by the simulator.
+#[derive(Debug, Clone)]
+pub struct Solution {
+    /// The strategy's name.
+    pub strategy: String,
+    /// Optimal, feasible, infeasible or timeout.
+    pub status: Status,
+    /// The plan, when one was found.
+    pub plan: Option<Plan>,
+    /// The simulator's verdict on the plan (peak and cost come only from here).
+    pub simulation: Option<Simulation>,
+    /// A proven lower bound on the cost, when the strategy has one.
+    pub lower_bound: Option<f64>,
+    /// The activation budget given.
+    pub budget_bytes: u64,
+    /// Wall-clock seconds spent in the strategy.
+    pub solve_seconds: f64,
+}
+
+impl Solution {
+    /// The simulated cost, if there is a plan.
+    pub fn cost(&self) -> Option<f64> {
+        self.simulation.as_ref().map(|s| s.cost)
+    }
+
+    /// The simulated activation peak, if there is a plan.
+    pub fn peak_bytes(&self) -> Option<u64> {
+        self.simulation.as_ref().map(|s| s.peak_bytes)
+    }
+}
+
+/// Runs `strategy` under an activation budget and judges its plan with the simulator.
+///
+/// A plan over budget, or no plan, is [`Error::BudgetTooSmall`] naming the least budget the strategy
+/// needs where it can tell (or a proven lower bound), except for a solver time-out, which returns a
+/// solution with status `timeout` and no plan.
+pub fn solve(
+    graph: &Graph,
+    strategy: &dyn Strategy,
+    budget_bytes: u64,
+    options: &SolveOptions,
+) -> Result<Solution> {
+    let name = strategy.name();
+    let _span = tracing::info_span!("solve", strategy = name, budget_bytes).entered();
+    let start = Instant::now();
+    let outcome = strategy.plan(graph, budget_bytes, options)?;
+    let solve_seconds = start.elapsed().as_secs_f64();
+    let simulation = match &outcome.plan {
+        Some(plan) => Some(simulate(graph, plan).map_err(|source| Error::InvalidPlan {
+            strategy: name.to_string(),
+            source,
+        })?),
+        None => None,
+    };
+    let fits = simulation
+        .as_ref()
+        .is_some_and(|s| s.peak_bytes <= budget_bytes);
+    if !fits && outcome.status != Status::Timeout {
+        return Err(Error::BudgetTooSmall {
+            strategy: name.to_string(),
+            budget_bytes,
+            static_bytes: graph.static_bytes(),
+            least_feasible_bytes: strategy.least_feasible_budget(graph, options)?,
+            proven_lower_bound_bytes: Some(graph.min_feasible_activation_bytes()),
+        });
+    }
+    tracing::debug!(seconds = solve_seconds, status = %outcome.status, "solved");
+    Ok(Solution {
+        strategy: name.to_string(),
+        status: if fits {
+            outcome.status
+        } else {
+            Status::Timeout
+        },
+        plan: if fits { outcome.plan } else { None },
+        simulation: if fits { simulation } else { None },
+        lower_bound: outcome.lower_bound,
+        budget_bytes,
+        solve_seconds,
+    })
+}
