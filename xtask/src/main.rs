@@ -1,1 +1,84 @@
-fn main() {}
+//! Project automation: `cargo xtask ci | bench | train | profile`.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  ci                 cargo fmt --check, clippy -D warnings, cargo test --workspace (what CI runs)
+  bench [solver]     regenerate benchmark tables in docs/
+  train [ARGS...]    train a model with a rematerialization plan (release build)
+  profile [ARGS...]  measure per-node costs on this machine (release build)";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    let rest = &args[1..];
+    match cmd.as_str() {
+        "ci" => ci(),
+        "bench" => bench(rest),
+        "train" | "profile" => run_release_cli(cmd, rest),
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown xtask command {other:?}\n\n{USAGE}"),
+    }
+}
+
+/// Runs a command from the workspace root, failing on a non-zero exit.
+fn run(program: &str, args: &[&str]) -> Result<()> {
+    eprintln!("$ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .with_context(|| format!("cannot start {program}"))?;
+    if !status.success() {
+        bail!("`{program} {}` failed with {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace root")
+        .to_path_buf()
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn ci() -> Result<()> {
+    let cargo = cargo();
+    run(&cargo, &["fmt", "--all", "--check"])?;
+    run(&cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    run(&cargo, &["test", "--workspace"])?;
+    Ok(())
+}
+
+fn bench(rest: &[String]) -> Result<()> {
+    let part = rest.first().map(String::as_str).unwrap_or("all");
+    match part {
+        "all" | "graph" | "simulator" => {
+            run(&cargo(), &["bench", "-p", "checkmate-graph", "--bench", "simulator"])?;
+        }
+        other => bail!("unknown bench part {other:?}; known: simulator"),
+    }
+    Ok(())
+}
+
+/// `cargo xtask train|profile ...` runs the release `checkmate` binary with that subcommand.
+fn run_release_cli(sub: &str, rest: &[String]) -> Result<()> {
+    let cargo = cargo();
+    let mut args = vec!["run", "--release", "--quiet", "-p", "checkmate-cli", "--", sub];
+    args.extend(rest.iter().map(String::as_str));
+    run(&cargo, &args)
+}

@@ -40,6 +40,8 @@ mod plan;
 mod schedule;
 mod simulate;
 
+pub use fixedbitset::FixedBitSet;
+
 pub use budget::{format_bytes, Budget};
 pub use error::{Error, PlanError, Result};
 pub use graph::{Graph, Node, NodeIdx, NodeKind, NodeSpec};
