@@ -1,0 +1,173 @@
+//! `checkmate solve`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use checkmate_graph::{format_bytes, Budget, PlanFile, Prediction};
+use checkmate_solver::{solve, strategy_by_name, Formulation, SolveOptions};
+use clap::{Args, ValueEnum};
+use serde_json::json;
+
+use crate::common::{print_json, resolve_budget, GraphArgs};
+
+/// Arguments of `checkmate solve`.
+#[derive(Debug, Args)]
+pub struct SolveArgs {
+    #[command(flatten)]
+    pub graph: GraphArgs,
+    /// Total memory budget: bytes, units (6GiB, 500MB) or percent of the checkpoint-all activation peak (50%).
+    #[arg(long, short = 'b')]
+    pub budget: Budget,
+    /// Strategy name (checkpoint-all, checkpoint-last, chen-sqrtn, chen-greedy, ap-sqrtn, ap-greedy, griewank, lp-round, milp).
+    #[arg(long, short = 's', default_value = "milp")]
+    pub strategy: String,
+    /// Time limit for MILP/LP solves, in seconds.
+    #[arg(long)]
+    pub time_limit: Option<f64>,
+    /// Relative MIP gap at which the MILP stops.
+    #[arg(long, default_value_t = 1e-4)]
+    pub mip_gap: f64,
+    /// Solver threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// MILP formulation.
+    #[arg(long, value_enum, default_value_t = FormulationArg::Fast)]
+    pub formulation: FormulationArg,
+    /// Do not warm-start the MILP with the best heuristic plan.
+    #[arg(long)]
+    pub no_warm_start: bool,
+    /// Seed for randomized rounding.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the plan (checkmate-plan/1) here.
+    #[arg(long)]
+    pub plan_out: Option<PathBuf>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--formulation` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormulationArg {
+    /// Our tightened formulation.
+    Fast,
+    /// The paper's formulation.
+    Paper,
+}
+
+impl SolveArgs {
+    /// Solver options from the flags.
+    pub fn options(&self) -> Result<SolveOptions> {
+        let time_limit = match self.time_limit {
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => anyhow::bail!("--time-limit {s}: give a positive number of seconds"),
+            None => None,
+        };
+        Ok(SolveOptions {
+            time_limit,
+            mip_gap: self.mip_gap,
+            threads: self.threads.max(1),
+            formulation: match self.formulation {
+                FormulationArg::Fast => Formulation::Fast,
+                FormulationArg::Paper => Formulation::Paper,
+            },
+            warm_start: !self.no_warm_start,
+            seed: self.seed,
+        })
+    }
+}
+
+/// Runs `checkmate solve`.
+pub fn run(args: SolveArgs) -> Result<()> {
+    let graph = args.graph.load()?;
+    let strategy = strategy_by_name(&args.strategy)?;
+    let options = args.options()?;
+    let budget = resolve_budget(&graph, args.budget)?;
+    let solution = match solve(&graph, strategy.as_ref(), budget.activation_bytes, &options) {
+        Ok(s) => s,
+        Err(e) => {
+            if args.json {
+                let least = match &e {
+                    checkmate_solver::Error::BudgetTooSmall { least_feasible_bytes, .. } => {
+                        least_feasible_bytes.map(|l| l + graph.static_bytes())
+                    }
+                    _ => None,
+                };
+                print_json(&json!({
+                    "strategy": args.strategy,
+                    "status": "infeasible",
+                    "error": e.to_string(),
+                    "least_feasible_budget_bytes": least,
+                    "budget_bytes": budget.total_bytes,
+                    "cost": null, "lower_bound": null, "peak_bytes": null,
+                }));
+            }
+            return Err(e.into());
+        }
+    };
+    let sim = solution.simulation.as_ref();
+    if let (Some(path), Some(plan)) = (&args.plan_out, &solution.plan) {
+        let file = PlanFile {
+            graph: graph.name().to_string(),
+            strategy: solution.strategy.clone(),
+            budget_bytes: Some(budget.total_bytes),
+            predicted: sim.map(|s| Prediction { peak_bytes: s.peak_bytes, cost: s.cost }),
+            plan: plan.clone(),
+        };
+        file.write(path, &graph)?;
+    }
+    if args.json {
+        print_json(&json!({
+            "graph": graph.name(),
+            "strategy": solution.strategy,
+            "status": solution.status.as_str(),
+            "cost": sim.map(|s| s.cost),
+            "lower_bound": solution.lower_bound,
+            "peak_bytes": sim.map(|s| s.peak_bytes),
+            "total_peak_bytes": sim.map(|s| s.peak_bytes + graph.static_bytes()),
+            "budget_bytes": budget.total_bytes,
+            "activation_budget_bytes": budget.activation_bytes,
+            "static_bytes": graph.static_bytes(),
+            "checkpoint_all_peak_bytes": budget.checkpoint_all_peak,
+            "overhead": sim.map(|s| s.overhead(&graph)),
+            "computes": sim.map(|s| s.computes),
+            "solve_seconds": solution.solve_seconds,
+            "plan_out": args.plan_out.as_ref().map(|p| p.display().to_string()),
+        }));
+    } else {
+        println!("graph        {} ({} nodes)", graph.name(), graph.len());
+        println!("strategy     {}", solution.strategy);
+        println!("status       {}", solution.status);
+        println!(
+            "budget       {} total, {} for activations ({} static)",
+            format_bytes(budget.total_bytes),
+            format_bytes(budget.activation_bytes),
+            format_bytes(graph.static_bytes())
+        );
+        if let Some(s) = sim {
+            println!(
+                "peak         {} activations ({:.1}% of checkpoint-all)",
+                format_bytes(s.peak_bytes),
+                100.0 * s.peak_bytes as f64 / budget.checkpoint_all_peak.max(1) as f64
+            );
+            println!(
+                "cost         {} {} ({:+.2}% vs no recomputation, {} computes for {} nodes)",
+                s.cost,
+                graph.cost_unit(),
+                100.0 * s.overhead(&graph),
+                s.computes,
+                graph.len()
+            );
+        }
+        if let Some(lb) = solution.lower_bound {
+            println!("lower bound  {lb}");
+        }
+        println!("solve time   {:.3} s", solution.solve_seconds);
+        if let Some(p) = &args.plan_out {
+            println!("plan         {}", p.display());
+        }
+    }
+    Ok(())
+}

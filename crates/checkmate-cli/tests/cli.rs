@@ -1,0 +1,67 @@
+//! End-to-end: the `checkmate` binary on the shared VGG16 graph.
+
+use std::process::Command;
+
+const VGG16: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/graphs/checkmate/VGG16_256_224.json");
+
+fn checkmate(args: &[&str]) -> (bool, serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_checkmate")).args(args).output().expect("binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let last = stdout.lines().last().unwrap_or("null");
+    let json = serde_json::from_str(last).unwrap_or(serde_json::Value::Null);
+    (out.status.success(), json, stderr)
+}
+
+#[test]
+fn solve_writes_a_plan_that_simulate_accepts_with_the_same_numbers() {
+    let dir = std::env::temp_dir().join(format!("checkmate-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("p.json");
+    let plan_s = plan.to_str().unwrap();
+    let (ok, solved, err) = checkmate(&[
+        "solve", "--graph", VGG16, "--strategy", "checkpoint-all", "--budget", "100%", "--json", "--plan-out", plan_s,
+    ]);
+    assert!(ok, "{err}");
+    for key in ["strategy", "status", "cost", "lower_bound", "peak_bytes", "budget_bytes", "solve_seconds"] {
+        assert!(solved.get(key).is_some(), "solve --json lacks {key}: {solved}");
+    }
+    assert_eq!(solved["status"], "optimal");
+    let (ok, sim, err) = checkmate(&["simulate", "--graph", VGG16, "--plan", plan_s, "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(sim["valid"], true);
+    assert_eq!(sim["peak_bytes"], solved["peak_bytes"]);
+    assert_eq!(sim["cost"], solved["cost"]);
+    assert_eq!(sim["within_budget"], true);
+    assert_eq!(sim["matches_prediction"], true);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn too_small_budget_fails_naming_the_least_feasible_budget() {
+    let (_, full, _) = checkmate(&["solve", "--graph", VGG16, "--strategy", "checkpoint-all", "--budget", "100%", "--json"]);
+    let peak = full["peak_bytes"].as_u64().unwrap();
+    let (ok, out, err) = checkmate(&[
+        "solve", "--graph", VGG16, "--strategy", "checkpoint-all", "--budget", &(peak - 1).to_string(), "--json",
+    ]);
+    assert!(!ok);
+    assert_eq!(out["status"], "infeasible");
+    assert_eq!(out["least_feasible_budget_bytes"].as_u64(), Some(peak));
+    assert!(err.contains(&peak.to_string()), "{err}");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_no_panic() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["solve", "--graph", "/no/such/graph.json", "--budget", "1GiB", "--strategy", "checkpoint-all"], "/no/such/graph.json"),
+        (&["solve", "--graph", VGG16, "--budget", "12 parsecs", "--strategy", "checkpoint-all"], "cannot parse budget"),
+        (&["solve", "--graph", VGG16, "--budget", "50%", "--strategy", "magic"], "unknown strategy"),
+        (&["simulate", "--graph", VGG16, "--plan", "/no/such/plan.json"], "/no/such/plan.json"),
+    ];
+    for (args, expected) in cases {
+        let (ok, _, err) = checkmate(args);
+        assert!(!ok, "{args:?} should fail");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
