@@ -30,6 +30,7 @@
 pub mod baselines;
 mod error;
 mod strategy;
+pub mod sweep;
 
 pub use error::{Error, Result};
 pub use strategy::{solve, Formulation, Outcome, Solution, SolveOptions, Status, Strategy};
@@ -37,13 +38,26 @@ pub use strategy::{solve, Formulation, Outcome, Solution, SolveOptions, Status, 
 use checkmate_graph::{simulate, Graph, Schedule};
 
 /// Names of every strategy, as accepted by [`strategy_by_name`].
-pub const STRATEGY_NAMES: &[&str] = &["checkpoint-all", "checkpoint-last"];
+pub const STRATEGY_NAMES: &[&str] = &[
+    "checkpoint-all",
+    "checkpoint-last",
+    "chen-sqrtn",
+    "chen-greedy",
+    "ap-sqrtn",
+    "ap-greedy",
+    "griewank",
+];
 
 /// The strategy called `name` on the command line.
 pub fn strategy_by_name(name: &str) -> Result<Box<dyn Strategy>> {
     Ok(match name {
         "checkpoint-all" => Box::new(baselines::CheckpointAll),
         "checkpoint-last" => Box::new(baselines::CheckpointLast),
+        "chen-sqrtn" => Box::new(baselines::ChenSqrtN),
+        "chen-greedy" => Box::new(baselines::ChenGreedy),
+        "ap-sqrtn" => Box::new(baselines::ApSqrtN),
+        "ap-greedy" => Box::new(baselines::ApGreedy),
+        "griewank" => Box::new(baselines::Griewank),
         other => return Err(Error::UnknownStrategy(other.to_string())),
     })
 }

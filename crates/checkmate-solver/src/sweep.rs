@@ -1,0 +1,287 @@
+//! The cost/memory frontier: every strategy's cost at evenly spaced activation budgets.
+//!
+//! ```
+//! use checkmate_graph::{Graph, NodeKind, NodeSpec};
+//! use checkmate_solver::sweep::{sweep, SweepOptions};
+//! use checkmate_solver::strategy_by_name;
+//!
+//! let spec = |id, kind, deps: &[u64]| NodeSpec {
+//!     id, name: format!("n{id}"), kind, cost: 1.0, bytes: 10, workspace_bytes: 0, deps: deps.to_vec(),
+//! };
+//! let g = Graph::new("chain", "flops", 0, vec![
+//!     spec(0, NodeKind::Forward, &[]),
+//!     spec(1, NodeKind::Forward, &[0]),
+//!     spec(2, NodeKind::Loss, &[1]),
+//!     spec(3, NodeKind::Backward, &[1, 2]),
+//!     spec(4, NodeKind::Backward, &[0, 3]),
+//! ])?;
+//! let strategies = vec![strategy_by_name("checkpoint-all")?, strategy_by_name("chen-greedy")?];
+//! let result = sweep(&g, &strategies, &SweepOptions { points: 3, ..Default::default() }, &|_| {})?;
+//! assert_eq!(result.budgets.len(), 3);
+//! assert_eq!(result.points.len(), 6);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::time::Instant;
+
+use checkmate_graph::Graph;
+use rayon::prelude::*;
+
+use crate::baselines::CheckpointAll;
+use crate::error::{Error, Result};
+use crate::strategy::{solve, SolveOptions, Status, Strategy};
+
+/// How many budgets and with which solver options to sweep.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    /// Number of budgets, evenly spaced from the least feasible budget to the checkpoint-all peak
+    /// (both included; one point means the checkpoint-all peak only).
+    pub points: usize,
+    /// Options passed to every solve.
+    pub solve: SolveOptions,
+}
+
+impl Default for SweepOptions {
+    fn default() -> Self {
+        SweepOptions {
+            points: 10,
+            solve: SolveOptions::default(),
+        }
+    }
+}
+
+/// What happened at one (budget, strategy) point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PointStatus {
+    /// A plan within budget, as the strategy reported it (optimal, feasible or timeout).
+    Solved(Status),
+    /// The strategy has no plan within this budget.
+    Infeasible,
+    /// The strategy does not apply to the graph (e.g. `griewank` on a non-chain).
+    NotApplicable,
+    /// The strategy failed (solver error); the message is in [`SweepPoint::error`].
+    Failed,
+}
+
+impl PointStatus {
+    /// `optimal`, `feasible`, `timeout`, `infeasible`, `not-applicable` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PointStatus::Solved(s) => s.as_str(),
+            PointStatus::Infeasible => "infeasible",
+            PointStatus::NotApplicable => "not-applicable",
+            PointStatus::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for PointStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One strategy at one activation budget.
+#[derive(Debug, Clone)]
+pub struct SweepPoint {
+    /// Activation budget (total minus static).
+    pub budget_bytes: u64,
+    /// The strategy's name.
+    pub strategy: String,
+    /// Outcome.
+    pub status: PointStatus,
+    /// Simulated cost, when a plan fits.
+    pub cost: Option<f64>,
+    /// `cost / (one compute per node) - 1`, when a plan fits.
+    pub overhead: Option<f64>,
+    /// Simulated activation peak, when a plan fits.
+    pub peak_bytes: Option<u64>,
+    /// Wall-clock seconds spent on this point.
+    pub seconds: f64,
+    /// The error message for infeasible, not-applicable and failed points.
+    pub error: Option<String>,
+}
+
+/// A strategy's least feasible activation budget, as far as it can tell.
+#[derive(Debug, Clone)]
+pub struct StrategyBound {
+    /// The strategy's name.
+    pub strategy: String,
+    /// Its least feasible activation budget, `None` when unknown or not applicable.
+    pub least_feasible_bytes: Option<u64>,
+}
+
+/// The frontier of several strategies on one graph.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    /// The graph's name.
+    pub graph: String,
+    /// The graph's cost unit.
+    pub cost_unit: String,
+    /// Static bytes (add to an activation budget for the total).
+    pub static_bytes: u64,
+    /// Cost of one compute per node (overhead 0).
+    pub base_cost: f64,
+    /// Activation peak of checkpoint-all: the largest budget swept.
+    pub checkpoint_all_peak: u64,
+    /// The smallest budget swept: the least feasible budget over the strategies, at least the
+    /// graph's proven minimum.
+    pub least_feasible_bytes: u64,
+    /// Each strategy's least feasible budget, in the order given.
+    pub bounds: Vec<StrategyBound>,
+    /// The activation budgets, ascending.
+    pub budgets: Vec<u64>,
+    /// One point per budget and strategy, budget-major, strategies in the order given.
+    pub points: Vec<SweepPoint>,
+    /// Wall-clock seconds of the whole sweep.
+    pub seconds: f64,
+}
+
+impl Sweep {
+    /// The point of `strategy` at budget index `b`.
+    pub fn point(&self, b: usize, strategy: &str) -> Option<&SweepPoint> {
+        let per = self.bounds.len();
+        self.points
+            .get(b * per..(b + 1) * per)?
+            .iter()
+            .find(|p| p.strategy == strategy)
+    }
+}
+
+/// `points` budgets evenly spaced over `[lo, hi]`, both included, deduplicated.
+pub fn budget_grid(lo: u64, hi: u64, points: usize) -> Vec<u64> {
+    let lo = lo.min(hi);
+    let mut v: Vec<u64> = match points {
+        0 => Vec::new(),
+        1 => vec![hi],
+        p => (0..p)
+            .map(|k| lo + ((hi - lo) as u128 * k as u128 / (p - 1) as u128) as u64)
+            .collect(),
+    };
+    v.dedup();
+    v
+}
+
+/// Runs every strategy at `options.points` budgets between the least feasible budget and the
+/// checkpoint-all peak, in parallel (rayon) across points; `on_point` is called as each point
+/// finishes (from worker threads).
+///
+/// Infeasible budgets and inapplicable strategies are points with that status, not errors.
+pub fn sweep(
+    graph: &Graph,
+    strategies: &[Box<dyn Strategy>],
+    options: &SweepOptions,
+    on_point: &(dyn Fn(&SweepPoint) + Sync),
+) -> Result<Sweep> {
+    let start = Instant::now();
+    let _span =
+        tracing::info_span!("sweep", graph = graph.name(), points = options.points).entered();
+    let checkpoint_all_peak = CheckpointAll::peak_bytes(graph);
+    let bounds: Vec<StrategyBound> = strategies
+        .par_iter()
+        .map(|s| {
+            let least = match s.least_feasible_budget(graph, &options.solve) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::info!(strategy = s.name(), error = %e, "no least feasible budget");
+                    None
+                }
+            };
+            StrategyBound {
+                strategy: s.name().to_string(),
+                least_feasible_bytes: least,
+            }
+        })
+        .collect();
+    let floor = graph.min_feasible_activation_bytes();
+    let least_feasible_bytes = bounds
+        .iter()
+        .filter_map(|b| b.least_feasible_bytes)
+        .min()
+        .unwrap_or(floor)
+        .max(floor)
+        .min(checkpoint_all_peak);
+    let budgets = budget_grid(least_feasible_bytes, checkpoint_all_peak, options.points);
+    tracing::debug!(?budgets, "sweep budgets");
+    let per = strategies.len();
+    let points: Vec<SweepPoint> = (0..budgets.len() * per)
+        .into_par_iter()
+        .map(|k| {
+            let budget = budgets[k / per];
+            let strategy = strategies[k % per].as_ref();
+            let p = run_point(graph, strategy, budget, &options.solve);
+            on_point(&p);
+            p
+        })
+        .collect();
+    Ok(Sweep {
+        graph: graph.name().to_string(),
+        cost_unit: graph.cost_unit().to_string(),
+        static_bytes: graph.static_bytes(),
+        base_cost: graph.total_cost(),
+        checkpoint_all_peak,
+        least_feasible_bytes,
+        bounds,
+        budgets,
+        points,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Solves one point; errors become statuses.
+fn run_point(
+    graph: &Graph,
+    strategy: &dyn Strategy,
+    budget_bytes: u64,
+    options: &SolveOptions,
+) -> SweepPoint {
+    let start = Instant::now();
+    let result = solve(graph, strategy, budget_bytes, options);
+    let seconds = start.elapsed().as_secs_f64();
+    let mut p = SweepPoint {
+        budget_bytes,
+        strategy: strategy.name().to_string(),
+        status: PointStatus::Failed,
+        cost: None,
+        overhead: None,
+        peak_bytes: None,
+        seconds,
+        error: None,
+    };
+    match result {
+        Ok(sol) => {
+            p.status = PointStatus::Solved(sol.status);
+            if let Some(sim) = &sol.simulation {
+                p.cost = Some(sim.cost);
+                p.overhead = Some(sim.overhead(graph));
+                p.peak_bytes = Some(sim.peak_bytes);
+            }
+        }
+        Err(e) => {
+            p.status = match e {
+                Error::BudgetTooSmall { .. } => PointStatus::Infeasible,
+                Error::NotApplicable { .. } => PointStatus::NotApplicable,
+                _ => {
+                    tracing::warn!(strategy = strategy.name(), budget_bytes, error = %e, "point failed");
+                    PointStatus::Failed
+                }
+            };
+            p.error = Some(e.to_string());
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_spans_both_ends() {
+        assert_eq!(budget_grid(10, 20, 3), vec![10, 15, 20]);
+        assert_eq!(budget_grid(10, 20, 1), vec![20]);
+        assert_eq!(budget_grid(30, 20, 4), vec![20]);
+        assert!(budget_grid(1, 2, 0).is_empty());
+    }
+}
