@@ -29,6 +29,8 @@
 
 pub mod baselines;
 mod error;
+pub mod lp_round;
+pub mod milp;
 mod strategy;
 pub mod sweep;
 
@@ -53,6 +55,8 @@ pub fn strategy_by_name(name: &str) -> Result<Box<dyn Strategy>> {
     Ok(match name {
         "checkpoint-all" => Box::new(baselines::CheckpointAll),
         "checkpoint-last" => Box::new(baselines::CheckpointLast),
+        "lp-round" => Box::new(lp_round::LpRound),
+        "milp" => Box::new(milp::Milp),
         "chen-sqrtn" => Box::new(baselines::ChenSqrtN),
         "chen-greedy" => Box::new(baselines::ChenGreedy),
         "ap-sqrtn" => Box::new(baselines::ApSqrtN),

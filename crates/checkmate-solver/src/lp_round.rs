@@ -1,0 +1,271 @@
+//! `lp-round`: Checkmate's two-phase LP rounding, then repair and local search.
+//!
+//! 1. Solve the LP relaxation of the (default) formulation at `(1 - eps) * budget`.
+//! 2. Round `S`: a deterministic threshold sweep (0.5 first, then 0.1..0.9) and seeded randomized
+//!    rounding; `R` from Algorithm 2; judge each candidate with the simulator.
+//! 3. Search `eps` (0.1 first as in the paper, then 0, 0.05, 0.2, ... 0.5) while time allows.
+//! 4. Beyond the paper: candidates over budget are repaired by greedily dropping keeps that are live
+//!    where the memory timeline peaks ([`repair`]); the best plan within budget is then improved
+//!    by local search that keeps recomputed tensors longer when that stays within budget. The
+//!    cheapest heuristic baseline is a starting point too, so a plan is found whenever a baseline
+//!    or a repaired rounding fits.
+//!
+//! The LP optimum at the full budget is a lower bound on the optimal cost and is reported as such.
+
+mod repair;
+
+use std::time::{Duration, Instant};
+
+use checkmate_graph::{simulate, Graph, Plan, Schedule, Step};
+use fixedbitset::FixedBitSet;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::Result;
+use crate::milp::model::{BudgetMode, Model};
+use crate::milp::run::{self, RunOptions};
+use crate::milp::warm;
+use crate::strategy::{Formulation, Outcome, SolveOptions, Status, Strategy};
+
+/// Name of the strategy.
+pub const NAME: &str = "lp-round";
+
+/// Two-phase LP rounding with repair and local search (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LpRound;
+
+/// Reductions of the budget tried for the LP, in order.
+const EPS: &[f64] = &[0.1, 0.0, 0.05, 0.2, 0.3, 0.4, 0.5];
+/// Randomized roundings per LP solution.
+const RANDOM_SAMPLES: usize = 16;
+/// Largest graph for which the LP is attempted (above it the LP alone takes minutes).
+const MAX_LP_NODES: usize = 600;
+
+/// A schedule judged by the simulator.
+#[derive(Debug, Clone)]
+pub(crate) struct Judged {
+    pub(crate) keeps: Vec<FixedBitSet>,
+    pub(crate) schedule: Schedule,
+    pub(crate) plan: Plan,
+    pub(crate) peak: u64,
+    pub(crate) cost: f64,
+    /// Sum over compute moments of the bytes above the budget.
+    pub(crate) excess: u64,
+}
+
+impl Judged {
+    /// Judges the cheapest schedule for `keeps` against `budget`.
+    pub(crate) fn of(graph: &Graph, keeps: Vec<FixedBitSet>, budget: u64) -> Option<Judged> {
+        let keeps = warm::clean_keeps(graph, &keeps);
+        let schedule = warm::schedule_for_keeps(graph, &keeps);
+        let plan = schedule.to_plan(graph);
+        let sim = simulate(graph, &plan).ok()?;
+        let excess = plan
+            .steps
+            .iter()
+            .zip(&sim.live_after_step)
+            .map(|(step, &live)| match *step {
+                Step::Compute(v) => (live + graph.node(v).workspace_bytes).saturating_sub(budget),
+                Step::Free(_) => 0,
+            })
+            .sum();
+        Some(Judged {
+            keeps,
+            schedule,
+            plan,
+            peak: sim.peak_bytes,
+            cost: sim.cost,
+            excess,
+        })
+    }
+}
+
+/// The LP solution's `S` as fractions, one row per stage.
+fn fractional_keeps(model: &Model, x: &[f64]) -> Vec<Vec<f64>> {
+    let n = model.n;
+    (0..n)
+        .map(|t| (0..n).map(|i| Model::value(model.s[t * n + i], x)).collect())
+        .collect()
+}
+
+fn threshold(frac: &[Vec<f64>], theta: f64) -> Vec<FixedBitSet> {
+    let n = frac.len();
+    frac.iter()
+        .map(|row| {
+            let mut b = FixedBitSet::with_capacity(n);
+            for (i, &v) in row.iter().enumerate() {
+                if v >= theta - 1e-9 && v > 1e-9 {
+                    b.insert(i);
+                }
+            }
+            b
+        })
+        .collect()
+}
+
+fn randomized(frac: &[Vec<f64>], rng: &mut ChaCha8Rng) -> Vec<FixedBitSet> {
+    let n = frac.len();
+    frac.iter()
+        .map(|row| {
+            let mut b = FixedBitSet::with_capacity(n);
+            for (i, &v) in row.iter().enumerate() {
+                if v > 1e-9 && rng.gen::<f64>() < v {
+                    b.insert(i);
+                }
+            }
+            b
+        })
+        .collect()
+}
+
+/// Deadline for the whole strategy: the given time limit, or one that grows with the graph.
+fn default_limit(graph: &Graph, options: &SolveOptions) -> Duration {
+    options
+        .time_limit
+        .unwrap_or_else(|| Duration::from_secs_f64((graph.len() as f64 * 0.02).clamp(4.0, 90.0)))
+}
+
+impl Strategy for LpRound {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
+        if budget_bytes < graph.min_feasible_activation_bytes() {
+            return Ok(Outcome {
+                plan: None,
+                status: Status::Infeasible,
+                lower_bound: None,
+            });
+        }
+        let start = Instant::now();
+        let limit = default_limit(graph, options);
+        let deadline = start + limit;
+        let mut best: Option<Judged> = None;
+        let mut over: Vec<Judged> = Vec::new();
+        let mut lower_bound = None;
+        let consider = |j: Judged, best: &mut Option<Judged>, over: &mut Vec<Judged>| {
+            if j.peak <= budget_bytes {
+                if best.as_ref().map_or(true, |b| j.cost < b.cost) {
+                    *best = Some(j);
+                }
+            } else {
+                over.push(j);
+            }
+        };
+        if graph.len() <= MAX_LP_NODES {
+            let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+            for &eps in EPS {
+                // Past the paper's eps, only search larger ones while nothing fits.
+                if eps > 0.1 && best.is_some() {
+                    break;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                let reduced = ((1.0 - eps) * budget_bytes as f64).floor() as u64;
+                let model = Model::build(graph, BudgetMode::Bytes(reduced), Formulation::Fast, false);
+                let opts = RunOptions {
+                    time_limit: Some(left.mul_f64(0.5)),
+                    mip_gap: options.mip_gap,
+                    threads: options.threads,
+                    warm_start: None,
+                    seed: options.seed,
+                    strategy: NAME,
+                };
+                let res = run::run(&model, &opts)?;
+                if eps == 0.0 && res.status == run::RunStatus::Optimal {
+                    lower_bound = res.objective;
+                }
+                let Some(x) = res.x else {
+                    tracing::debug!(eps, status = ?res.status, "LP relaxation has no solution");
+                    if res.status == run::RunStatus::Infeasible {
+                        break;
+                    }
+                    continue;
+                };
+                let frac = fractional_keeps(&model, &x);
+                let mut cands: Vec<Vec<FixedBitSet>> = vec![threshold(&frac, 0.5)];
+                for k in 1..=9 {
+                    if k != 5 {
+                        cands.push(threshold(&frac, k as f64 / 10.0));
+                    }
+                }
+                for _ in 0..RANDOM_SAMPLES {
+                    cands.push(randomized(&frac, &mut rng));
+                }
+                for keeps in cands {
+                    if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
+                        consider(j, &mut best, &mut over);
+                    }
+                }
+                tracing::debug!(
+                    eps,
+                    lp = ?res.objective,
+                    best = ?best.as_ref().map(|b| b.cost),
+                    "rounded"
+                );
+            }
+        }
+        // Starting points from the baselines.
+        if let Some(inc) = crate::milp::best_heuristic(graph, budget_bytes, options) {
+            let keeps = (0..graph.len())
+                .map(|t| inc.schedule.keeps(t).clone())
+                .collect();
+            if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
+                consider(j, &mut best, &mut over);
+            }
+        }
+        // Repair the roundings over budget, the ones closest to it first.
+        over.sort_by(|a, b| (a.peak, a.cost.to_bits()).cmp(&(b.peak, b.cost.to_bits())));
+        over.dedup_by(|a, b| a.keeps == b.keeps);
+        for cand in over.into_iter().take(4) {
+            if Instant::now() >= deadline {
+                break;
+            }
+            if best.as_ref().is_some_and(|b| b.cost <= cand.cost) {
+                continue;
+            }
+            if let Some(j) = repair::repair(graph, cand, budget_bytes, deadline) {
+                consider(j, &mut best, &mut Vec::new());
+            }
+        }
+        let best = best.map(|b| repair::improve(graph, b, budget_bytes, deadline));
+        Ok(match best {
+            Some(b) => Outcome {
+                status: if lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9)) {
+                    Status::Optimal
+                } else {
+                    Status::Feasible
+                },
+                plan: Some(b.plan),
+                lower_bound,
+            },
+            None => Outcome {
+                plan: None,
+                status: Status::Infeasible,
+                lower_bound,
+            },
+        })
+    }
+}
+
+/// The LP relaxation's optimum at `budget` (a lower bound on the MILP optimum), if the LP solves.
+pub fn lp_lower_bound(graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Option<f64>> {
+    let model = Model::build(graph, BudgetMode::Bytes(budget_bytes), options.formulation, false);
+    let opts = RunOptions {
+        time_limit: options.time_limit,
+        mip_gap: options.mip_gap,
+        threads: options.threads,
+        warm_start: None,
+        seed: options.seed,
+        strategy: NAME,
+    };
+    let res = run::run(&model, &opts)?;
+    Ok(if res.status == run::RunStatus::Optimal {
+        res.objective
+    } else {
+        None
+    })
+}

@@ -1,0 +1,163 @@
+//! Repair of roundings over budget and local search for cheaper plans, both judged by the
+//! simulator on every move.
+
+use std::time::Instant;
+
+use checkmate_graph::{Graph, Step};
+use fixedbitset::FixedBitSet;
+
+use super::Judged;
+
+/// Stage of the compute step `step` of `cur`'s plan and the tensors live right after it.
+fn peak_context(graph: &Graph, cur: &Judged, step: usize) -> (usize, FixedBitSet) {
+    let n = graph.len();
+    let mut live = FixedBitSet::with_capacity(n);
+    let mut computes = 0usize;
+    for s in &cur.plan.steps[..=step] {
+        match *s {
+            Step::Compute(v) => {
+                live.insert(v);
+                computes += 1;
+            }
+            Step::Free(v) => live.set(v, false),
+        }
+    }
+    // Stage t computes R[t] \ S[t] (Algorithm 1 skips what is already live).
+    let mut seen = 0usize;
+    let mut stage = n - 1;
+    for t in 0..n {
+        let r = cur.schedule.computes(t);
+        let s = cur.schedule.keeps(t);
+        seen += r.ones().filter(|&i| !s.contains(i)).count();
+        if seen >= computes {
+            stage = t;
+            break;
+        }
+    }
+    (stage, live)
+}
+
+/// The run `[a, b]` of stages keeping `i` that contains stage `t`, if `i` is kept into `t`.
+fn run_of(keeps: &[FixedBitSet], i: usize, t: usize) -> Option<(usize, usize)> {
+    if t >= keeps.len() || !keeps[t].contains(i) {
+        return None;
+    }
+    let mut a = t;
+    while a > 0 && keeps[a - 1].contains(i) {
+        a -= 1;
+    }
+    let mut b = t;
+    while b + 1 < keeps.len() && keeps[b + 1].contains(i) {
+        b += 1;
+    }
+    Some((a, b))
+}
+
+/// The step of the highest moment (live bytes plus workspace after a compute).
+fn peak_step(graph: &Graph, cur: &Judged) -> Option<usize> {
+    let sim = checkmate_graph::simulate(graph, &cur.plan).ok()?;
+    Some(sim.peak_step)
+}
+
+/// Greedily drops keeps live at the peak until the plan fits `budget`: each round tries every
+/// keep run around the peak (whole, before or after the peak stage) and takes the cheapest move
+/// that fits, else the one that removes the most excess memory per unit of extra cost.
+pub(crate) fn repair(
+    graph: &Graph,
+    mut cur: Judged,
+    budget: u64,
+    deadline: Instant,
+) -> Option<Judged> {
+    while cur.peak > budget {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        let step = peak_step(graph, &cur)?;
+        let (t, live) = peak_context(graph, &cur, step);
+        let mut moves: Vec<(usize, usize, usize)> = Vec::new();
+        for i in live.ones() {
+            for st in [t, t + 1] {
+                if let Some((a, b)) = run_of(&cur.keeps, i, st) {
+                    for m in [(a, b), (a.max(st), b), (a, b.min(st)), (st, st)] {
+                        if m.0 <= m.1 {
+                            moves.push((i, m.0, m.1));
+                        }
+                    }
+                }
+            }
+        }
+        moves.sort_unstable();
+        moves.dedup();
+        let mut best_fit: Option<Judged> = None;
+        let mut best_ratio: Option<(f64, Judged)> = None;
+        for (i, a, b) in moves {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let mut keeps = cur.keeps.clone();
+            for row in &mut keeps[a..=b] {
+                row.set(i, false);
+            }
+            let Some(j) = Judged::of(graph, keeps, budget) else {
+                continue;
+            };
+            if j.peak <= budget {
+                if best_fit.as_ref().map_or(true, |b| j.cost < b.cost) {
+                    best_fit = Some(j);
+                }
+                continue;
+            }
+            if j.excess >= cur.excess {
+                continue;
+            }
+            let gain = (cur.excess - j.excess) as f64;
+            let ratio = gain / ((j.cost - cur.cost).max(0.0) + 1e-9 * (1.0 + cur.cost));
+            if best_ratio.as_ref().map_or(true, |(r, _)| ratio > *r) {
+                best_ratio = Some((ratio, j));
+            }
+        }
+        cur = match (best_fit, best_ratio) {
+            (Some(f), _) => f,
+            (None, Some((_, j))) => j,
+            (None, None) => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// Local search from a plan within budget: for every recomputation of a tensor, try keeping the
+/// tensor from its previous compute instead; accept a move when it is cheaper and still fits.
+/// Repeats until no move helps or the deadline passes.
+pub(crate) fn improve(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant) -> Judged {
+    let n = graph.len();
+    loop {
+        let mut improved = false;
+        for t in 1..n {
+            for i in 0..t {
+                if Instant::now() >= deadline {
+                    return cur;
+                }
+                if !cur.schedule.computes(t).contains(i) || cur.schedule.keeps(t).contains(i) {
+                    continue;
+                }
+                // The last stage before t that computed i.
+                let Some(a) = (0..t).rev().find(|&a| cur.schedule.computes(a).contains(i)) else {
+                    continue;
+                };
+                let mut keeps = cur.keeps.clone();
+                for row in &mut keeps[a + 1..=t] {
+                    row.insert(i);
+                }
+                if let Some(j) = Judged::of(graph, keeps, budget) {
+                    if j.peak <= budget && j.cost < cur.cost - 1e-12 * (1.0 + cur.cost.abs()) {
+                        cur = j;
+                        improved = true;
+                    }
+                }
+            }
+        }
+        if !improved {
+            return cur;
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! The MILP (or its LP relaxation) as arrays: the paper's formulation and our tightened one.
+//!
+//! See `docs/FORMULATION.md` for what is counted and why the two formulations share their optimum.
+//! Memory is measured in units of `scale` bytes so that HiGHS sees moderate coefficients.
+
+use checkmate_graph::{Graph, NodeIdx};
+
+use crate::strategy::Formulation;
+
+/// A variable of the model: fixed to 0, fixed to 1, or a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Var {
+    /// Fixed to 0 (no column).
+    Zero,
+    /// Fixed to 1 (no column).
+    One,
+    /// Column index.
+    Col(u32),
+}
+
+/// What a column stands for (used to build warm starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ColKind {
+    /// `R[t, i]`.
+    R(u32, u32),
+    /// `S[t, i]`.
+    S(u32, u32),
+    /// `FREE[t, (i, k)]`: tensor `i` freed right after computing `k` in stage `t`.
+    Free(u32, u32, u32),
+    /// `U[t, k]`: memory in use right after computing `k` in stage `t`.
+    U(u32, u32),
+    /// The peak-memory variable of the min-peak model.
+    Peak,
+    /// Fixed to 1; carries the cost of the fixed computes.
+    Constant,
+}
+
+/// A linear model in HiGHS-ready arrays (rows stored sparse, row-wise).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Model {
+    pub(crate) n: usize,
+    /// Bytes per memory unit.
+    pub(crate) scale: f64,
+    pub(crate) r: Vec<Var>,
+    pub(crate) s: Vec<Var>,
+    pub(crate) col_kind: Vec<ColKind>,
+    pub(crate) col_cost: Vec<f64>,
+    pub(crate) col_lo: Vec<f64>,
+    pub(crate) col_hi: Vec<f64>,
+    pub(crate) col_int: Vec<bool>,
+    pub(crate) row_lo: Vec<f64>,
+    pub(crate) row_hi: Vec<f64>,
+    pub(crate) row_start: Vec<usize>,
+    pub(crate) row_idx: Vec<u32>,
+    pub(crate) row_val: Vec<f64>,
+    /// Budget in memory units (the `U` upper bound); `None` in the min-peak model.
+    pub(crate) budget_units: Option<f64>,
+}
+
+/// A row under construction: terms over columns plus a constant from fixed variables.
+#[derive(Default)]
+struct Expr {
+    terms: Vec<(u32, f64)>,
+    constant: f64,
+}
+
+impl Expr {
+    fn add(&mut self, v: Var, coef: f64) -> &mut Self {
+        match v {
+            Var::Zero => {}
+            Var::One => self.constant += coef,
+            Var::Col(c) => self.terms.push((c, coef)),
+        }
+        self
+    }
+}
+
+/// How the budget enters the model.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BudgetMode {
+    /// A fixed activation budget in bytes.
+    Bytes(u64),
+    /// Minimize the peak (a variable) instead of the cost.
+    MinPeak,
+}
+
+/// Per-graph facts both formulations use.
+pub(crate) struct Facts {
+    /// Largest index among the strict descendants of each node (`None`: a sink).
+    pub(crate) last_desc: Vec<Option<usize>>,
+}
+
+impl Facts {
+    pub(crate) fn of(graph: &Graph) -> Facts {
+        let n = graph.len();
+        let mut last_desc: Vec<Option<usize>> = vec![None; n];
+        for i in (0..n).rev() {
+            last_desc[i] = graph
+                .succs(i)
+                .iter()
+                .map(|&j| last_desc[j].map_or(j, |d| d.max(j)))
+                .max();
+        }
+        Facts { last_desc }
+    }
+
+    /// Whether keeping `i` into stage `t` can ever matter: only nodes that descend from `i` read
+    /// it, directly or through recomputation, and a stage computes only ancestors of nodes at or
+    /// after it; so `i` must have a descendant at stage `t` or later.
+    pub(crate) fn keep_useful(&self, t: usize, i: NodeIdx) -> bool {
+        i < t && self.last_desc[i].is_some_and(|d| d >= t)
+    }
+}
+
+/// Bytes per memory unit: the gcd of all sizes when that keeps numbers moderate, otherwise a power
+/// of two that brings the largest quantity near 1e6.
+pub(crate) fn memory_scale(graph: &Graph, budget_hint: u64) -> f64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    let mut g = 0;
+    let mut total: u64 = 0;
+    for node in graph.nodes() {
+        g = gcd(g, node.bytes);
+        g = gcd(g, node.workspace_bytes);
+        total = total.saturating_add(node.bytes);
+    }
+    let g = g.max(1);
+    let top = budget_hint.max(1).min(total.max(1));
+    if (top / g) <= 10_000_000 {
+        return g as f64;
+    }
+    let mut s = g as f64;
+    while (top as f64) / s > 1e6 {
+        s *= 2.0;
+    }
+    s
+}
+
+impl Model {
+    /// Builds the model of `graph` under `budget` in the given formulation.
+    ///
+    /// `integer` makes `R`, `S` (and the paper's `FREE`) binary; otherwise the LP relaxation.
+    pub(crate) fn build(
+        graph: &Graph,
+        budget: BudgetMode,
+        formulation: Formulation,
+        integer: bool,
+    ) -> Model {
+        let n = graph.len();
+        let facts = Facts::of(graph);
+        let hint = match budget {
+            BudgetMode::Bytes(b) => b,
+            BudgetMode::MinPeak => graph.nodes().iter().map(|x| x.bytes).sum(),
+        };
+        let scale = memory_scale(graph, hint);
+        let mem: Vec<f64> = graph.nodes().iter().map(|x| x.bytes as f64 / scale).collect();
+        let ws: Vec<f64> = graph
+            .nodes()
+            .iter()
+            .map(|x| x.workspace_bytes as f64 / scale)
+            .collect();
+        let paper = formulation == Formulation::Paper;
+        let mut m = Model {
+            n,
+            scale,
+            r: vec![Var::Zero; n * n],
+            s: vec![Var::Zero; n * n],
+            ..Model::default()
+        };
+        let budget_units = match budget {
+            BudgetMode::Bytes(b) => Some(b as f64 / scale),
+            BudgetMode::MinPeak => None,
+        };
+        m.budget_units = budget_units;
+        let u_hi = budget_units.unwrap_or(f64::INFINITY);
+        let peak = match budget {
+            BudgetMode::MinPeak => Some(m.add_col(ColKind::Peak, 1.0, 0.0, f64::INFINITY, false)),
+            BudgetMode::Bytes(_) => None,
+        };
+        let obj_r = if peak.is_some() { 0.0 } else { 1.0 };
+
+        // R and S.
+        let mut useful = vec![false; n];
+        for t in 0..n {
+            if paper {
+                for i in 0..=t {
+                    let lo = if i == t { 1.0 } else { 0.0 };
+                    let c = m.add_col(
+                        ColKind::R(t as u32, i as u32),
+                        obj_r * graph.node(i).cost,
+                        lo,
+                        1.0,
+                        integer,
+                    );
+                    m.r[t * n + i] = Var::Col(c);
+                }
+                for i in 0..t {
+                    let c = m.add_col(ColKind::S(t as u32, i as u32), 0.0, 0.0, 1.0, integer);
+                    m.s[t * n + i] = Var::Col(c);
+                }
+            } else {
+                // Computes that can matter in stage t: ancestors of t and of the tensors that
+                // may be kept into t + 1.
+                useful.iter_mut().for_each(|u| *u = false);
+                useful[t] = true;
+                for v in 0..t {
+                    if facts.keep_useful(t + 1, v) {
+                        useful[v] = true;
+                    }
+                }
+                for i in (0..=t).rev() {
+                    if useful[i] {
+                        for &p in graph.preds(i) {
+                            useful[p] = true;
+                        }
+                    }
+                }
+                m.r[t * n + t] = Var::One;
+                for i in 0..t {
+                    if useful[i] {
+                        let c = m.add_col(
+                            ColKind::R(t as u32, i as u32),
+                            obj_r * graph.node(i).cost,
+                            0.0,
+                            1.0,
+                            integer,
+                        );
+                        m.r[t * n + i] = Var::Col(c);
+                    }
+                }
+                for i in 0..t {
+                    if facts.keep_useful(t, i) {
+                        let c = m.add_col(ColKind::S(t as u32, i as u32), 0.0, 0.0, 1.0, integer);
+                        m.s[t * n + i] = Var::Col(c);
+                    }
+                }
+            }
+        }
+        if !paper && peak.is_none() {
+            // The fixed R[t, t] = 1: a constant column carries their cost so that HiGHS's
+            // objective (and relative gap) is the schedule's cost.
+            let offset: f64 = graph.nodes().iter().map(|x| x.cost).sum();
+            m.add_col(ColKind::Constant, offset, 1.0, 1.0, false);
+        }
+
+        // A kept tensor was kept or computed in the stage before.
+        for t in 0..n.saturating_sub(1) {
+            for i in 0..=t {
+                let next = m.s[(t + 1) * n + i];
+                if next == Var::Zero {
+                    continue;
+                }
+                let mut e = Expr::default();
+                e.add(next, 1.0)
+                    .add(m.s[t * n + i], -1.0)
+                    .add(m.r[t * n + i], -1.0);
+                m.add_row(e, f64::NEG_INFINITY, 0.0);
+            }
+        }
+        // Inputs are resident.
+        for t in 0..n {
+            for k in 0..=t {
+                let rk = m.r[t * n + k];
+                if rk == Var::Zero {
+                    continue;
+                }
+                for &i in graph.preds(k) {
+                    let mut e = Expr::default();
+                    e.add(rk, 1.0)
+                        .add(m.r[t * n + i], -1.0)
+                        .add(m.s[t * n + i], -1.0);
+                    m.add_row(e, f64::NEG_INFINITY, 0.0);
+                }
+            }
+        }
+
+        // Memory: FREE and the U chain, stage by stage.
+        let mut free_of: Vec<Vec<(NodeIdx, u32)>> = vec![Vec::new(); n];
+        for t in 0..n {
+            let next_s = |i: NodeIdx, m: &Model| {
+                if t + 1 < n {
+                    m.s[(t + 1) * n + i]
+                } else {
+                    Var::Zero
+                }
+            };
+            // FREE variables after each compute k of the stage.
+            for (k, frees) in free_of.iter_mut().enumerate().take(t + 1) {
+                frees.clear();
+                let rk = m.r[t * n + k];
+                if rk == Var::Zero {
+                    continue;
+                }
+                for &i in graph.preds(k) {
+                    if paper {
+                        let c = m.add_col(
+                            ColKind::Free(t as u32, i as u32, k as u32),
+                            0.0,
+                            0.0,
+                            1.0,
+                            integer,
+                        );
+                        frees.push((i, c));
+                        // hazards = (1 - R[t,k]) + S[t+1,i] + sum_{j in succ(i), j > k} R[t,j]
+                        let later: Vec<NodeIdx> =
+                            graph.succs(i).iter().copied().filter(|&j| j > k).collect();
+                        let kappa = 1.0 + later.len() as f64 + if t + 1 < n { 1.0 } else { 0.0 };
+                        let mut h = Expr::default();
+                        h.constant += 1.0;
+                        h.add(rk, -1.0);
+                        if t + 1 < n {
+                            h.add(m.s[(t + 1) * n + i], 1.0);
+                        }
+                        for &j in &later {
+                            if j <= t {
+                                h.add(m.r[t * n + j], 1.0);
+                            }
+                        }
+                        // 1 - FREE <= hazards  <=>  hazards + FREE >= 1
+                        let mut a = Expr {
+                            terms: h.terms.clone(),
+                            constant: h.constant,
+                        };
+                        a.add(Var::Col(c), 1.0);
+                        m.add_row(a, 1.0, f64::INFINITY);
+                        // kappa (1 - FREE) >= hazards  <=>  hazards + kappa FREE <= kappa
+                        let mut b = h;
+                        b.add(Var::Col(c), kappa);
+                        m.add_row(b, f64::NEG_INFINITY, kappa);
+                    } else {
+                        if m.r[t * n + i] == Var::Zero && m.s[t * n + i] == Var::Zero {
+                            continue;
+                        }
+                        let later: Vec<NodeIdx> = graph
+                            .succs(i)
+                            .iter()
+                            .copied()
+                            .filter(|&j| j > k && j <= t)
+                            .collect();
+                        if later.iter().any(|&j| m.r[t * n + j] == Var::One) {
+                            continue; // a later compute of the stage surely reads i
+                        }
+                        let c = m.add_col(
+                            ColKind::Free(t as u32, i as u32, k as u32),
+                            0.0,
+                            0.0,
+                            1.0,
+                            false,
+                        );
+                        frees.push((i, c));
+                        if let Var::Col(rc) = rk {
+                            let mut e = Expr::default();
+                            e.add(Var::Col(c), 1.0).add(Var::Col(rc), -1.0);
+                            m.add_row(e, f64::NEG_INFINITY, 0.0);
+                        }
+                        let sn = next_s(i, &m);
+                        if sn != Var::Zero {
+                            let mut e = Expr::default();
+                            e.add(Var::Col(c), 1.0).add(sn, 1.0);
+                            m.add_row(e, f64::NEG_INFINITY, 1.0);
+                        }
+                        for &j in &later {
+                            let rj = m.r[t * n + j];
+                            if rj != Var::Zero {
+                                let mut e = Expr::default();
+                                e.add(Var::Col(c), 1.0).add(rj, 1.0);
+                                m.add_row(e, f64::NEG_INFINITY, 1.0);
+                            }
+                        }
+                    }
+                }
+            }
+            // U chain over the moments of the stage.
+            let mut prev: Option<(u32, NodeIdx)> = None;
+            for k in 0..=t {
+                let rk = m.r[t * n + k];
+                if rk == Var::Zero {
+                    continue;
+                }
+                let u = m.add_col(ColKind::U(t as u32, k as u32), 0.0, 0.0, u_hi, false);
+                let mut e = Expr::default();
+                e.add(Var::Col(u), 1.0).add(rk, -mem[k]);
+                match prev {
+                    None => {
+                        for i in 0..t {
+                            e.add(m.s[t * n + i], -mem[i]);
+                        }
+                    }
+                    Some((pu, pk)) => {
+                        e.add(Var::Col(pu), -1.0);
+                        for &(i, c) in &free_of[pk] {
+                            e.add(Var::Col(c), mem[i]);
+                        }
+                    }
+                }
+                m.add_row(e, 0.0, 0.0);
+                if ws[k] > 0.0 || peak.is_some() {
+                    let mut e = Expr::default();
+                    e.add(Var::Col(u), 1.0).add(rk, ws[k]);
+                    match peak {
+                        Some(p) => {
+                            e.add(Var::Col(p), -1.0);
+                            m.add_row(e, f64::NEG_INFINITY, 0.0);
+                        }
+                        None => m.add_row(e, f64::NEG_INFINITY, u_hi),
+                    }
+                }
+                prev = Some((u, k));
+            }
+        }
+        m
+    }
+
+    fn add_col(&mut self, kind: ColKind, cost: f64, lo: f64, hi: f64, int: bool) -> u32 {
+        let c = self.col_kind.len() as u32;
+        self.col_kind.push(kind);
+        self.col_cost.push(cost);
+        self.col_lo.push(lo);
+        self.col_hi.push(hi);
+        self.col_int.push(int);
+        c
+    }
+
+    fn add_row(&mut self, e: Expr, lo: f64, hi: f64) {
+        if self.row_start.is_empty() {
+            self.row_start.push(0);
+        }
+        self.row_lo.push(lo - e.constant);
+        self.row_hi.push(hi - e.constant);
+        for (c, v) in e.terms {
+            self.row_idx.push(c);
+            self.row_val.push(v);
+        }
+        self.row_start.push(self.row_idx.len());
+    }
+
+    /// Number of columns.
+    pub(crate) fn num_cols(&self) -> usize {
+        self.col_kind.len()
+    }
+
+    /// Number of rows.
+    pub(crate) fn num_rows(&self) -> usize {
+        self.row_lo.len()
+    }
+
+    /// Number of integer columns.
+    pub(crate) fn num_int(&self) -> usize {
+        self.col_int.iter().filter(|&&b| b).count()
+    }
+
+    /// Value of `R[t, i]` (or `S`) in a column vector.
+    pub(crate) fn value(v: Var, x: &[f64]) -> f64 {
+        match v {
+            Var::Zero => 0.0,
+            Var::One => 1.0,
+            Var::Col(c) => x[c as usize],
+        }
+    }
+}

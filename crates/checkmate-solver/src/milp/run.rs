@@ -1,0 +1,153 @@
+//! Passing a [`Model`] to HiGHS and reading back what it found.
+
+use std::time::Duration;
+
+use highs::{HighsModelStatus, HighsSolutionStatus, RowProblem, Sense};
+
+use crate::error::{Error, Result};
+use crate::milp::model::Model;
+
+/// Solver settings for one run.
+#[derive(Debug, Clone)]
+pub(crate) struct RunOptions {
+    /// Wall-clock limit.
+    pub(crate) time_limit: Option<Duration>,
+    /// Relative MIP gap.
+    pub(crate) mip_gap: f64,
+    /// HiGHS threads.
+    pub(crate) threads: usize,
+    /// Starting incumbent (a full column vector).
+    pub(crate) warm_start: Option<Vec<f64>>,
+    /// HiGHS random seed.
+    pub(crate) seed: u64,
+    /// Strategy name for error messages.
+    pub(crate) strategy: &'static str,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunStatus {
+    /// Proven optimal (within the gap).
+    Optimal,
+    /// Proven infeasible.
+    Infeasible,
+    /// Stopped by the time limit (a solution may exist).
+    TimeLimit,
+}
+
+/// What HiGHS returned.
+#[derive(Debug, Clone)]
+pub(crate) struct RunResult {
+    pub(crate) status: RunStatus,
+    /// Column values of the best solution, when one exists.
+    pub(crate) x: Option<Vec<f64>>,
+    /// Objective of that solution.
+    pub(crate) objective: Option<f64>,
+    /// Proven lower bound on the objective (MIP dual bound or LP optimum).
+    pub(crate) dual_bound: Option<f64>,
+}
+
+/// Solves `model` (MILP when it has integer columns, LP otherwise) with HiGHS.
+pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
+    let fail = |message: String| Error::Solver {
+        strategy: opts.strategy.to_string(),
+        message,
+    };
+    let mut pb = RowProblem::default();
+    let cols: Vec<highs::Col> = (0..model.num_cols())
+        .map(|c| {
+            pb.add_column_with_integrality(
+                model.col_cost[c],
+                model.col_lo[c]..=model.col_hi[c],
+                model.col_int[c],
+            )
+        })
+        .collect();
+    let mut row: Vec<(highs::Col, f64)> = Vec::new();
+    for r in 0..model.num_rows() {
+        row.clear();
+        let (a, b) = (model.row_start[r], model.row_start[r + 1]);
+        row.extend(
+            model.row_idx[a..b]
+                .iter()
+                .zip(&model.row_val[a..b])
+                .map(|(&c, &v)| (cols[c as usize], v)),
+        );
+        let (lo, hi) = (model.row_lo[r], model.row_hi[r]);
+        pb.add_row(lo..=hi, &row);
+    }
+    let is_mip = model.col_int.iter().any(|&b| b);
+    let mut hm = pb
+        .try_optimise(Sense::Minimise)
+        .map_err(|e| fail(format!("HiGHS rejected the model: {e:?}")))?;
+    let name = opts.strategy;
+    set_option(&mut hm, name, "threads", opts.threads.max(1) as i32)?;
+    set_option(&mut hm, name, "random_seed", (opts.seed % (i32::MAX as u64)) as i32)?;
+    if let Some(limit) = opts.time_limit {
+        set_option(&mut hm, name, "time_limit", limit.as_secs_f64().max(0.01))?;
+    }
+    if is_mip {
+        set_option(&mut hm, name, "mip_rel_gap", opts.mip_gap.max(0.0))?;
+    }
+    if let Some(w) = &opts.warm_start {
+        if w.len() == model.num_cols() {
+            if let Err(e) = hm.try_set_solution(Some(w), None, None, None) {
+                tracing::debug!("HiGHS ignored the warm start: {e:?}");
+            }
+        }
+    }
+    tracing::debug!(
+        cols = model.num_cols(),
+        rows = model.num_rows(),
+        ints = model.num_int(),
+        nnz = model.row_idx.len(),
+        "running HiGHS"
+    );
+    let solved = hm
+        .try_solve()
+        .map_err(|e| fail(format!("HiGHS failed: {e:?}")))?;
+    let status = solved.status();
+    let has_solution = solved.primal_solution_status() == HighsSolutionStatus::Feasible;
+    let x = has_solution.then(|| solved.get_solution().columns().to_vec());
+    let objective = has_solution.then(|| solved.objective_value());
+    let dual_bound = if is_mip {
+        solved
+            .double_info_value(c"mip_dual_bound")
+            .ok()
+            .filter(|v| v.is_finite())
+    } else if status == HighsModelStatus::Optimal {
+        objective
+    } else {
+        None
+    };
+    let status = match status {
+        HighsModelStatus::Optimal => RunStatus::Optimal,
+        HighsModelStatus::Infeasible => RunStatus::Infeasible,
+        HighsModelStatus::ReachedTimeLimit
+        | HighsModelStatus::ReachedIterationLimit
+        | HighsModelStatus::ReachedSolutionLimit
+        | HighsModelStatus::ReachedInterrupt
+        | HighsModelStatus::ReachedMemoryLimit => RunStatus::TimeLimit,
+        HighsModelStatus::ModelEmpty => RunStatus::Optimal,
+        other => return Err(fail(format!("HiGHS ended with status {other:?}"))),
+    };
+    Ok(RunResult {
+        status,
+        x,
+        objective,
+        dual_bound,
+    })
+}
+
+fn set_option<V: highs::HighsOptionValue>(
+    hm: &mut highs::Model,
+    strategy: &str,
+    option: &str,
+    value: V,
+) -> Result<()> {
+    hm.try_set_option(option, value)
+        .map_err(|e| Error::Solver {
+            strategy: strategy.to_string(),
+            message: format!("cannot set HiGHS option {option}: {e:?}"),
+        })
+}

@@ -1,0 +1,161 @@
+//! Converting between schedules, plans and model vectors: warm starts and solution extraction.
+
+use checkmate_graph::{simulate, Graph, Plan, Schedule, Step};
+use fixedbitset::FixedBitSet;
+
+use crate::milp::model::{ColKind, Facts, Model, Var};
+
+/// Keeps that can matter: `S[t, i]` only while some consumer of `i` runs at stage `t` or later.
+pub(crate) fn clean_keeps(graph: &Graph, keep: &[FixedBitSet]) -> Vec<FixedBitSet> {
+    let facts = Facts::of(graph);
+    let n = graph.len();
+    (0..n)
+        .map(|t| {
+            let mut row = FixedBitSet::with_capacity(n);
+            for i in keep[t].ones() {
+                if facts.keep_useful(t, i) {
+                    row.insert(i);
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+/// The cheapest schedule for the useful part of `keep` (Algorithm 2 after [`clean_keeps`]).
+pub(crate) fn schedule_for_keeps(graph: &Graph, keep: &[FixedBitSet]) -> Schedule {
+    Schedule::cheapest_given_keeps(graph, clean_keeps(graph, keep))
+        .expect("clean keeps only hold tensors computed before their stage")
+}
+
+/// The keep matrix of a plan: `S[t]` = tensors live at the end of the first compute of node `t - 1`
+/// (with the frees that follow it). Exact for plans made by `Schedule::to_plan`.
+pub(crate) fn keeps_of_plan(graph: &Graph, plan: &Plan) -> Vec<FixedBitSet> {
+    let n = graph.len();
+    let mut keep = vec![FixedBitSet::with_capacity(n); n];
+    let mut live = FixedBitSet::with_capacity(n);
+    let mut seen = FixedBitSet::with_capacity(n);
+    let mut pending: Option<usize> = None;
+    let mut record = |pending: &mut Option<usize>, live: &FixedBitSet| {
+        if let Some(v) = pending.take() {
+            if v + 1 < n {
+                for i in live.ones().filter(|&i| i <= v) {
+                    keep[v + 1].insert(i);
+                }
+            }
+        }
+    };
+    for step in &plan.steps {
+        match *step {
+            Step::Compute(v) if v < n => {
+                record(&mut pending, &live);
+                live.insert(v);
+                if !seen.contains(v) {
+                    seen.insert(v);
+                    pending = Some(v);
+                }
+            }
+            Step::Free(v) if v < n => live.set(v, false),
+            _ => {}
+        }
+    }
+    record(&mut pending, &live);
+    keep
+}
+
+/// The simulated peak and cost of a schedule's plan, or `None` if the simulator rejects it.
+pub(crate) fn judge(graph: &Graph, schedule: &Schedule) -> Option<(Plan, u64, f64)> {
+    let plan = schedule.to_plan(graph);
+    let sim = simulate(graph, &plan).ok()?;
+    Some((plan, sim.peak_bytes, sim.cost))
+}
+
+/// The keep matrix of a model solution (`S` rounded at 0.5).
+pub(crate) fn keeps_of_solution(model: &Model, x: &[f64]) -> Vec<FixedBitSet> {
+    let n = model.n;
+    (0..n)
+        .map(|t| {
+            let mut row = FixedBitSet::with_capacity(n);
+            for i in 0..t {
+                if Model::value(model.s[t * n + i], x) > 0.5 {
+                    row.insert(i);
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+/// The model's column vector for `schedule`, or `None` when the schedule violates a fixing or
+/// the model's (conservative) memory count exceeds the budget.
+pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> Option<Vec<f64>> {
+    let n = model.n;
+    let r = |t: usize, i: usize| schedule.computes(t).contains(i);
+    let s = |t: usize, i: usize| t < n && schedule.keeps(t).contains(i);
+    // Respect fixings.
+    for t in 0..n {
+        for i in 0..n {
+            let ok = |v: Var, on: bool| match v {
+                Var::Zero => !on,
+                Var::One => on,
+                Var::Col(_) => true,
+            };
+            if !ok(model.r[t * n + i], r(t, i)) || !ok(model.s[t * n + i], s(t, i)) {
+                return None;
+            }
+        }
+    }
+    let mem = |i: usize| graph.node(i).bytes as f64 / model.scale;
+    let ws = |i: usize| graph.node(i).workspace_bytes as f64 / model.scale;
+    // FREE's logical value: i dies right after k in stage t.
+    let free = |t: usize, i: usize, k: usize| {
+        r(t, k)
+            && !s(t + 1, i)
+            && !graph
+                .succs(i)
+                .iter()
+                .any(|&j| j > k && j <= t && r(t, j))
+    };
+    // U[t, k] for every k <= t along the paper's chain.
+    let mut u = vec![0.0; n];
+    let mut u_all: Vec<Vec<f64>> = Vec::with_capacity(n);
+    let mut peak: f64 = 0.0;
+    for t in 0..n {
+        let mut cur: f64 = (0..t).filter(|&i| s(t, i)).map(mem).sum();
+        for k in 0..=t {
+            if k > 0 {
+                for &i in graph.preds(k - 1) {
+                    if free(t, i, k - 1) {
+                        cur -= mem(i);
+                    }
+                }
+            }
+            if r(t, k) {
+                cur += mem(k);
+                peak = peak.max(cur + ws(k));
+            }
+            u[k] = cur;
+        }
+        u_all.push(u[..=t].to_vec());
+    }
+    if let Some(b) = model.budget_units {
+        if peak > b * (1.0 + 1e-9) + 1e-9 {
+            return None;
+        }
+    }
+    let x = model
+        .col_kind
+        .iter()
+        .map(|kind| match *kind {
+            ColKind::R(t, i) => f64::from(u8::from(r(t as usize, i as usize))),
+            ColKind::S(t, i) => f64::from(u8::from(s(t as usize, i as usize))),
+            ColKind::Free(t, i, k) => {
+                f64::from(u8::from(free(t as usize, i as usize, k as usize)))
+            }
+            ColKind::U(t, k) => u_all[t as usize][k as usize],
+            ColKind::Peak => peak,
+            ColKind::Constant => 1.0,
+        })
+        .collect();
+    Some(x)
+}

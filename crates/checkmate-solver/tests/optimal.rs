@@ -1,0 +1,306 @@
+//! `milp` and `lp-round` against exhaustive search, the baselines and each other.
+
+use checkmate_graph::{simulate, Graph, NodeKind, NodeSpec, Schedule};
+use checkmate_solver::baselines::CheckpointAll;
+use checkmate_solver::lp_round::lp_lower_bound;
+use checkmate_solver::milp::Milp;
+use checkmate_solver::{
+    solve, strategy_by_name, Error, Formulation, SolveOptions, Status, Strategy as _, STRATEGY_NAMES,
+};
+use fixedbitset::FixedBitSet;
+use proptest::prelude::*;
+
+/// A training-like graph: `m` forward layers (a chain plus optional skip edges), a loss, and one
+/// backward node per layer reading the layer's output, its inputs and its consumers' gradients.
+#[derive(Debug, Clone)]
+struct Spec {
+    m: usize,
+    skips: Vec<(usize, usize)>,
+    bytes: Vec<u64>,
+    costs: Vec<u32>,
+    ws: Vec<u64>,
+    budget_frac: f64,
+}
+
+fn build(spec: &Spec) -> Graph {
+    let m = spec.m;
+    let n = 2 * m + 1;
+    let mut fwd_deps: Vec<Vec<u64>> = (0..m)
+        .map(|j| if j > 0 { vec![j as u64 - 1] } else { vec![] })
+        .collect();
+    for &(a, b) in &spec.skips {
+        if a + 1 < b && b < m && !fwd_deps[b].contains(&(a as u64)) {
+            fwd_deps[b].push(a as u64);
+        }
+    }
+    let loss = m as u64;
+    let bwd = |j: usize| (m + 1 + (m - 1 - j)) as u64;
+    let mut nodes = Vec::with_capacity(n);
+    let node = |id: u64, kind, deps: Vec<u64>| NodeSpec {
+        id,
+        name: format!("n{id}"),
+        kind,
+        cost: f64::from(spec.costs[id as usize]),
+        bytes: spec.bytes[id as usize],
+        workspace_bytes: spec.ws[id as usize],
+        deps,
+    };
+    for (j, deps) in fwd_deps.iter().enumerate() {
+        nodes.push(node(j as u64, NodeKind::Forward, deps.clone()));
+    }
+    nodes.push(node(loss, NodeKind::Loss, vec![m as u64 - 1]));
+    for j in (0..m).rev() {
+        let mut deps = vec![j as u64];
+        deps.extend(fwd_deps[j].iter().copied());
+        if j == m - 1 {
+            deps.push(loss);
+        }
+        for (c, cd) in fwd_deps.iter().enumerate() {
+            if cd.contains(&(j as u64)) {
+                deps.push(bwd(c));
+            }
+        }
+        nodes.push(node(bwd(j), NodeKind::Backward, deps));
+    }
+    Graph::new("random-training", "flops", 0, nodes).expect("valid graph")
+}
+
+fn budget_of(g: &Graph, frac: f64) -> u64 {
+    let lo = g.min_feasible_activation_bytes();
+    let hi = CheckpointAll::peak_bytes(g).max(lo);
+    lo + ((hi - lo) as f64 * frac).round() as u64
+}
+
+fn spec_strategy(max_layers: usize) -> impl proptest::strategy::Strategy<Value = Spec> {
+    (1..=max_layers).prop_flat_map(|m| {
+        let n = 2 * m + 1;
+        (
+            Just(m),
+            proptest::collection::vec((0..m, 0..m), 0..=m),
+            proptest::collection::vec(1u64..=8, n),
+            proptest::collection::vec(1u32..=4, n),
+            proptest::collection::vec(prop_oneof![4 => Just(0u64), 1 => 1u64..=3], n),
+            0.0f64..=1.0,
+        )
+            .prop_map(|(m, skips, bytes, costs, ws, budget_frac)| Spec {
+                m,
+                skips,
+                bytes,
+                costs,
+                ws,
+                budget_frac,
+            })
+    })
+}
+
+/// A random DAG of `n` nodes: each node reads a random subset of the earlier ones.
+fn random_dag(n: usize, edges: &[bool], bytes: &[u64], costs: &[u32], ws: &[u64]) -> Graph {
+    let mut e = edges.iter();
+    let nodes = (0..n)
+        .map(|i| NodeSpec {
+            id: i as u64,
+            name: format!("v{i}"),
+            kind: NodeKind::Forward,
+            cost: f64::from(costs[i]),
+            bytes: bytes[i],
+            workspace_bytes: ws[i],
+            deps: (0..i).filter(|_| *e.next().unwrap_or(&false)).map(|d| d as u64).collect(),
+        })
+        .collect();
+    Graph::new("random-dag", "flops", 0, nodes).expect("valid graph")
+}
+
+fn dag_strategy() -> impl proptest::strategy::Strategy<Value = (Graph, f64)> {
+    (3usize..=8).prop_flat_map(|n| {
+        (
+            proptest::collection::vec(proptest::bool::weighted(0.35), n * (n - 1) / 2),
+            proptest::collection::vec(1u64..=8, n),
+            proptest::collection::vec(1u32..=4, n),
+            proptest::collection::vec(prop_oneof![4 => Just(0u64), 1 => 1u64..=3], n),
+            0.0f64..=1.0,
+        )
+            .prop_map(move |(edges, bytes, costs, ws, frac)| {
+                (random_dag(n, &edges, &bytes, &costs, &ws), frac)
+            })
+    })
+}
+
+/// Keep bits `(t, i)` that can matter: `i` has a descendant at stage `t` or later (keeping a
+/// tensor that nothing at or after `t` can read, even through recomputation, only costs memory).
+fn keep_bits(g: &Graph) -> Vec<(usize, usize)> {
+    let n = g.len();
+    let mut last_desc: Vec<Option<usize>> = vec![None; n];
+    for i in (0..n).rev() {
+        last_desc[i] = g.succs(i).iter().map(|&j| last_desc[j].map_or(j, |d| d.max(j))).max();
+    }
+    let mut bits = Vec::new();
+    for (i, d) in last_desc.iter().enumerate() {
+        if let Some(d) = *d {
+            for t in i + 1..=d {
+                bits.push((t, i));
+            }
+        }
+    }
+    bits
+}
+
+/// The least cost of any frontier-advancing schedule within `budget`: every keep matrix whose keeps
+/// can matter, `R` from Algorithm 2, judged by the simulator. `None` when nothing fits.
+fn exhaustive(g: &Graph, budget: u64) -> Option<f64> {
+    let n = g.len();
+    let bits = keep_bits(g);
+    assert!(bits.len() <= 20, "too many keep bits: {}", bits.len());
+    let mut best: Option<f64> = None;
+    for mask in 0u64..(1u64 << bits.len()) {
+        let mut keep = vec![FixedBitSet::with_capacity(n); n];
+        for (b, &(t, i)) in bits.iter().enumerate() {
+            if mask >> b & 1 == 1 {
+                keep[t].insert(i);
+            }
+        }
+        let s = Schedule::cheapest_given_keeps(g, keep).expect("keeps are before their stage");
+        s.validate(g).expect("Algorithm 2 gives valid schedules");
+        let sim = simulate(g, &s.to_plan(g)).expect("valid plan");
+        if sim.peak_bytes <= budget && best.map_or(true, |b| sim.cost < b) {
+            best = Some(sim.cost);
+        }
+    }
+    best
+}
+
+fn milp_cost(g: &Graph, budget: u64, options: &SolveOptions) -> Option<f64> {
+    let out = Milp.plan(g, budget, options).expect("milp runs");
+    match out.plan {
+        Some(plan) => {
+            let sim = simulate(g, &plan).expect("milp plans are valid");
+            assert!(sim.peak_bytes <= budget, "milp plan over budget");
+            assert_eq!(out.status, Status::Optimal);
+            Some(sim.cost)
+        }
+        None => {
+            assert_eq!(out.status, Status::Infeasible);
+            None
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// On graphs of up to 8 nodes both formulations find the exhaustive optimum, with and without
+    /// a warm start.
+    #[test]
+    fn milp_equals_exhaustive_search(
+        (g, frac) in prop_oneof![
+            spec_strategy(2).prop_map(|s| (build(&s), s.budget_frac)),
+            dag_strategy(),
+        ]
+    ) {
+        prop_assume!(keep_bits(&g).len() <= 14);
+        let budget = budget_of(&g, frac);
+        let truth = exhaustive(&g, budget);
+        for formulation in [Formulation::Fast, Formulation::Paper] {
+            for warm_start in [true, false] {
+                let options = SolveOptions { formulation, warm_start, ..SolveOptions::default() };
+                let got = milp_cost(&g, budget, &options);
+                match (got, truth) {
+                    (Some(a), Some(b)) => prop_assert!((a - b).abs() < 1e-9,
+                        "{formulation:?} warm={warm_start}: milp {a}, exhaustive {b}"),
+                    (None, None) => {}
+                    other => prop_assert!(false, "{formulation:?}: milp/exhaustive {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// On larger graphs: the milp plan is valid and within budget, no other strategy is cheaper at
+    /// the same budget, the LP relaxation is a lower bound and lp-round's plans fit.
+    #[test]
+    fn milp_beats_every_strategy(spec in spec_strategy(6)) {
+        let g = build(&spec);
+        let budget = budget_of(&g, spec.budget_frac);
+        let options = SolveOptions::default();
+        let milp = strategy_by_name("milp").expect("registered");
+        let opt = match solve(&g, milp.as_ref(), budget, &options) {
+            Ok(sol) => {
+                prop_assert_eq!(sol.status, Status::Optimal);
+                let cost = sol.cost().expect("a plan");
+                prop_assert!(sol.lower_bound.is_some_and(|lb| lb <= cost + 1e-9));
+                Some(cost)
+            }
+            Err(Error::BudgetTooSmall { .. }) => None,
+            Err(e) => return Err(TestCaseError::fail(e.to_string())),
+        };
+        if let Some(opt) = opt {
+            let lb = lp_lower_bound(&g, budget, &options).expect("LP runs");
+            prop_assert!(lb.is_some_and(|lb| lb <= opt + 1e-6), "LP {lb:?} > MILP {opt}");
+        }
+        for &name in STRATEGY_NAMES {
+            let s = strategy_by_name(name).expect("registered");
+            match solve(&g, s.as_ref(), budget, &options) {
+                Ok(sol) => {
+                    let (cost, peak) = (sol.cost().expect("a plan"), sol.peak_bytes().expect("a plan"));
+                    prop_assert!(peak <= budget);
+                    let opt = opt.expect("a strategy fits, so milp must");
+                    prop_assert!(opt <= cost + 1e-9, "{name} costs {cost} < milp {opt}");
+                }
+                Err(Error::BudgetTooSmall { .. }) | Err(Error::NotApplicable { .. }) => {}
+                Err(e) => return Err(TestCaseError::fail(format!("{name}: {e}"))),
+            }
+        }
+    }
+}
+
+/// The least feasible budget the MILP proves is the least peak of an exhaustive search, and a
+/// budget below it is an error naming it.
+#[test]
+fn least_feasible_budget_is_proven_and_reported() {
+    let spec = Spec {
+        m: 2,
+        skips: vec![],
+        bytes: vec![4, 6, 1, 5, 7],
+        costs: vec![2, 3, 1, 2, 3],
+        ws: vec![0, 1, 0, 2, 0],
+        budget_frac: 0.0,
+    };
+    let g = build(&spec);
+    let least = Milp
+        .least_feasible_budget(&g, &SolveOptions::default())
+        .expect("runs")
+        .expect("proven on a tiny graph");
+    assert!(exhaustive(&g, least).is_some());
+    assert!(exhaustive(&g, least - 1).is_none());
+    match solve(&g, &Milp, least - 1, &SolveOptions::default()) {
+        Err(Error::BudgetTooSmall { least_feasible_bytes, .. }) => {
+            assert_eq!(least_feasible_bytes, Some(least));
+        }
+        other => panic!("expected BudgetTooSmall, got {other:?}"),
+    }
+}
+
+/// Both formulations give the same optimum on the shared VGG16 graph at two budgets.
+#[test]
+fn formulations_agree_on_vgg16() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/graphs/checkmate/VGG16_256_224.json"
+    );
+    let g = match Graph::read(path) {
+        Ok(g) => g,
+        Err(e) => panic!("cannot read {path}: {e}"),
+    };
+    let all = CheckpointAll::peak_bytes(&g);
+    for frac in [0.8, 0.6] {
+        let budget = (all as f64 * frac) as u64;
+        let mut costs = Vec::new();
+        for formulation in [Formulation::Fast, Formulation::Paper] {
+            let options = SolveOptions { formulation, ..SolveOptions::default() };
+            let sol = solve(&g, &Milp, budget, &options).expect("feasible budget");
+            assert_eq!(sol.status, Status::Optimal);
+            assert!(sol.peak_bytes().expect("plan") <= budget);
+            costs.push(sol.cost().expect("plan"));
+        }
+        let rel = (costs[0] - costs[1]).abs() / costs[1];
+        assert!(rel <= 2e-4, "at {frac}: fast {} vs paper {}", costs[0], costs[1]);
+    }
+}
