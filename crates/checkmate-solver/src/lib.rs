@@ -48,6 +48,8 @@ pub const STRATEGY_NAMES: &[&str] = &[
     "ap-sqrtn",
     "ap-greedy",
     "griewank",
+    "lp-round",
+    "milp",
 ];
 
 /// The strategy called `name` on the command line.
@@ -55,13 +57,13 @@ pub fn strategy_by_name(name: &str) -> Result<Box<dyn Strategy>> {
     Ok(match name {
         "checkpoint-all" => Box::new(baselines::CheckpointAll),
         "checkpoint-last" => Box::new(baselines::CheckpointLast),
-        "lp-round" => Box::new(lp_round::LpRound),
-        "milp" => Box::new(milp::Milp),
         "chen-sqrtn" => Box::new(baselines::ChenSqrtN),
         "chen-greedy" => Box::new(baselines::ChenGreedy),
         "ap-sqrtn" => Box::new(baselines::ApSqrtN),
         "ap-greedy" => Box::new(baselines::ApGreedy),
         "griewank" => Box::new(baselines::Griewank),
+        "lp-round" => Box::new(lp_round::LpRound),
+        "milp" => Box::new(milp::Milp),
         other => return Err(Error::UnknownStrategy(other.to_string())),
     })
 }
