@@ -302,10 +302,12 @@ impl NetworkBuilder {
         let from_logits = match layer.op.softmax_axis(shape.rank()) {
             None => true,
             Some(a) if a == class_axis => false,
-            Some(a) => return Err(net_err(format!(
+            Some(a) => {
+                return Err(net_err(format!(
                 "prediction `{}` ends in a softmax over axis {a}, the loss uses axis {class_axis}",
                 layer.name
-            ))),
+            )))
+            }
         };
         if layer.op.activation() != Activation::Softmax
             && layer.op.activation() != Activation::Linear

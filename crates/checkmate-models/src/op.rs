@@ -713,7 +713,7 @@ impl Op {
                 Ok(Shape::new([n, ch]))
             }
             Op::BatchNorm(b) => {
-                if !(b.epsilon > 0.0) || !(0.0..1.0).contains(&b.momentum) {
+                if b.epsilon.is_nan() || b.epsilon <= 0.0 || !(0.0..1.0).contains(&b.momentum) {
                     return hyper_err("epsilon must be > 0 and momentum in [0, 1)");
                 }
                 if dims.len() < 2 {
@@ -722,7 +722,7 @@ impl Op {
                 Ok(x.shape.clone())
             }
             Op::LayerNorm { epsilon } => {
-                if !(*epsilon > 0.0) {
+                if epsilon.is_nan() || *epsilon <= 0.0 {
                     return hyper_err("epsilon must be > 0");
                 }
                 if dims.len() < 2 {
@@ -825,16 +825,16 @@ impl Op {
                     _ => shape_err(format!("expects token ids [N, T], got {}", x.shape)),
                 }
             }
-            Op::PositionEmbedding { max_len } => match dims {
-                &[_, t, _] if t <= *max_len => Ok(x.shape.clone()),
-                &[_, t, _] => shape_err(format!("sequence length {t} exceeds max_len {max_len}")),
+            Op::PositionEmbedding { max_len } => match *dims {
+                [_, t, _] if t <= *max_len => Ok(x.shape.clone()),
+                [_, t, _] => shape_err(format!("sequence length {t} exceeds max_len {max_len}")),
                 _ => shape_err(format!("expects [N, T, C], got {}", x.shape)),
             },
             Op::SelfAttention(a) => {
                 positive("heads", &[a.heads])?;
-                match dims {
-                    &[_, _, c] if c % a.heads == 0 => Ok(x.shape.clone()),
-                    &[_, _, c] => shape_err(format!("{} heads do not divide width {c}", a.heads)),
+                match *dims {
+                    [_, _, c] if c % a.heads == 0 => Ok(x.shape.clone()),
+                    [_, _, c] => shape_err(format!("{} heads do not divide width {c}", a.heads)),
                     _ => shape_err(format!("expects [N, T, C], got {}", x.shape)),
                 }
             }

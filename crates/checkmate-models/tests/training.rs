@@ -1,0 +1,418 @@
+//! Training-graph invariants, per-layer gradient dependencies, static memory and cost tables.
+
+use std::collections::HashSet;
+
+use checkmate_graph::{simulate, Graph, NodeKind, Plan, Step};
+use checkmate_models::{
+    build_training_graph, model_by_name, CostTable, Costs, Error, GradSource, ModelConfig,
+    NodeCost, NodeRole, Optimizer, TensorRef, TrainingConfig, TrainingGraph, MODEL_NAMES,
+};
+
+fn small(model: &str) -> ModelConfig {
+    let mut c = ModelConfig::new(2);
+    if model == "transformer" {
+        c.depth = Some(2);
+        c.seq_len = Some(16);
+    }
+    c
+}
+
+fn tg(model: &str, config: &ModelConfig) -> TrainingGraph {
+    model_by_name(model, config)
+        .and_then(|n| n.training_graph(&TrainingConfig::default()))
+        .unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+fn deps(g: &Graph, name: &str) -> HashSet<String> {
+    let i = g
+        .nodes()
+        .iter()
+        .position(|n| n.name == name)
+        .unwrap_or_else(|| panic!("no node {name}"));
+    g.preds(i).iter().map(|&p| g.node(p).name.clone()).collect()
+}
+
+fn set(names: &[&str]) -> HashSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+fn node<'a>(g: &'a Graph, name: &str) -> &'a checkmate_graph::Node {
+    g.nodes()
+        .iter()
+        .find(|n| n.name == name)
+        .unwrap_or_else(|| panic!("no node {name}"))
+}
+
+#[test]
+fn invariants_hold_for_every_model() {
+    for &m in MODEL_NAMES {
+        let net = model_by_name(m, &small(m)).unwrap();
+        let t = net.training_graph(&TrainingConfig::default()).unwrap();
+        let g = &t.graph;
+        let layers = net.layers().len();
+        assert_eq!(g.forward_nodes().count(), layers, "{m}");
+        let loss = t.loss_node;
+        assert_eq!(g.node(loss).kind, NodeKind::Loss, "{m}");
+        assert_eq!(
+            g.nodes()
+                .iter()
+                .filter(|n| n.kind == NodeKind::Loss)
+                .count(),
+            1
+        );
+        let needs = net.needs_gradient();
+        let backward = g
+            .nodes()
+            .iter()
+            .filter(|n| n.kind == NodeKind::Backward)
+            .count();
+        assert_eq!(backward, needs.iter().filter(|&&x| x).count(), "{m}");
+        let mut names = HashSet::new();
+        for (i, n) in g.nodes().iter().enumerate() {
+            assert!(
+                names.insert(n.name.clone()),
+                "{m}: duplicate name {}",
+                n.name
+            );
+            assert_eq!(n.id, i as u64);
+            match t.role(i) {
+                NodeRole::Forward(l) => {
+                    assert_eq!(n.kind, NodeKind::Forward);
+                    assert!(i < loss);
+                    assert_eq!(n.name, net.layer(l).name);
+                    assert_eq!(n.bytes, net.layer(l).output.bytes());
+                }
+                NodeRole::Loss => assert_eq!(i, loss),
+                NodeRole::Backward(l) => {
+                    assert_eq!(n.kind, NodeKind::Backward);
+                    assert!(i > loss, "{m}: backward node {} before the loss", n.name);
+                    assert_eq!(n.name, format!("{}_backward", net.layer(l).name));
+                    // Every backward node gets a gradient: from the loss or a later backward node.
+                    assert!(
+                        g.preds(i)
+                            .iter()
+                            .any(|&p| p == loss || g.node(p).kind == NodeKind::Backward),
+                        "{m}: {} has no upstream gradient",
+                        n.name
+                    );
+                }
+            }
+            for &p in g.preds(i) {
+                assert!(p < i);
+            }
+        }
+        // Every node reaches the loss or is reached from it: checkpoint-all is a valid plan.
+        let plan = Plan::new((0..g.len()).map(Step::Compute).collect());
+        let sim = simulate(g, &plan).unwrap_or_else(|e| panic!("{m}: {e}"));
+        assert_eq!(sim.cost, g.total_cost());
+        // The graph round-trips through checkmate-graph/1.
+        let back = Graph::from_json_str(&g.to_json(), m).unwrap();
+        assert_eq!(back.len(), g.len());
+        assert_eq!(back.static_bytes(), g.static_bytes());
+    }
+}
+
+#[test]
+fn vgg16_backward_dependencies() {
+    let g = tg("vgg16", &ModelConfig::new(4)).graph;
+    assert_eq!(g.len(), 45);
+    // Conv + ReLU: its input (for dW), its output (ReLU mask), its consumer's gradient.
+    assert_eq!(
+        deps(&g, "block1_conv2_backward"),
+        set(&["block1_conv1", "block1_conv2", "block1_pool_backward"])
+    );
+    // The first layer reads the image (static): only its output and the upstream gradient.
+    assert_eq!(
+        deps(&g, "block1_conv1_backward"),
+        set(&["block1_conv1", "block1_conv2_backward"])
+    );
+    // No gradient for the image.
+    assert_eq!(node(&g, "block1_conv1_backward").bytes, 0);
+    assert_eq!(
+        node(&g, "block1_conv2_backward").bytes,
+        node(&g, "block1_conv1").bytes
+    );
+    // Max pool: input and output.
+    assert_eq!(
+        deps(&g, "block1_pool_backward"),
+        set(&["block1_conv2", "block1_pool", "block2_conv1_backward"])
+    );
+    // Flatten: nothing but the upstream gradient.
+    assert_eq!(deps(&g, "flatten_backward"), set(&["fc1_backward"]));
+    // The prediction (dense + softmax) forms the loss gradient from its output and the labels.
+    assert_eq!(
+        deps(&g, "predictions_backward"),
+        set(&["fc2", "predictions", "Loss"])
+    );
+    assert_eq!(deps(&g, "Loss"), set(&["predictions"]));
+    assert_eq!(node(&g, "Loss").bytes, 4 * 4);
+}
+
+#[test]
+fn resnet50_backward_dependencies() {
+    let t = tg("resnet50", &ModelConfig::new(2));
+    let g = &t.graph;
+    // The padding of the image needs no gradient: no backward node.
+    assert!(g.nodes().iter().all(|n| n.name != "conv1_pad_backward"));
+    // 176 layers, the loss, 175 backward nodes (none for conv1_pad).
+    assert_eq!(g.len(), 176 + 1 + 175);
+    assert_eq!(node(g, "conv1_conv_backward").bytes, 0);
+    // ReLU with fan-out: its output, both consumers' gradients (summed in a workspace).
+    assert_eq!(
+        deps(g, "conv2_block1_out_backward"),
+        set(&[
+            "conv2_block1_out",
+            "conv2_block2_1_conv_backward",
+            "conv2_block2_add_backward"
+        ])
+    );
+    let out = node(g, "conv2_block1_out");
+    assert_eq!(
+        node(g, "conv2_block1_out_backward").workspace_bytes,
+        out.bytes
+    );
+    // Add: only the upstream gradient; one gradient tensor shared by both inputs.
+    assert_eq!(
+        deps(g, "conv2_block1_add_backward"),
+        set(&["conv2_block1_out_backward"])
+    );
+    assert_eq!(
+        node(g, "conv2_block1_add_backward").bytes,
+        node(g, "conv2_block1_add").bytes
+    );
+    // Batch norm: its input. Convolution without activation: its input.
+    assert_eq!(
+        deps(g, "conv2_block1_3_bn_backward"),
+        set(&["conv2_block1_3_conv", "conv2_block1_add_backward"])
+    );
+    assert_eq!(
+        deps(g, "conv2_block1_3_conv_backward"),
+        set(&["conv2_block1_2_relu", "conv2_block1_3_bn_backward"])
+    );
+    // Global average pooling: nothing saved.
+    assert_eq!(deps(g, "avg_pool_backward"), set(&["probs_backward"]));
+    // The pooling's input receives gradients from two branches (shortcut conv and 1_conv).
+    assert_eq!(
+        deps(g, "pool1_pool_backward"),
+        set(&[
+            "pool1_pad",
+            "pool1_pool",
+            "conv2_block1_1_conv_backward",
+            "conv2_block1_0_conv_backward"
+        ])
+    );
+    let b = t.backward[net_layer(&t, "conv2_block1_add")]
+        .as_ref()
+        .unwrap();
+    assert_eq!(b.input_grads, vec![true, true]);
+    assert!(b.reads.is_empty());
+}
+
+fn net_layer(t: &TrainingGraph, name: &str) -> usize {
+    let i = t.graph.nodes().iter().position(|n| n.name == name).unwrap();
+    match t.role(i) {
+        NodeRole::Forward(l) => l,
+        r => panic!("{name} is {r:?}"),
+    }
+}
+
+#[test]
+fn concat_and_multi_input_gradients() {
+    let net = model_by_name("unet", &ModelConfig::new(1).with_classes(3)).unwrap();
+    let t = net.training_graph(&TrainingConfig::default()).unwrap();
+    let g = &t.graph;
+    let cat = node(g, "concatenate");
+    // Both inputs' gradients, together as large as the output.
+    assert_eq!(node(g, "concatenate_backward").bytes, cat.bytes);
+    // block3_pool feeds block4_conv1 and the concatenation.
+    let l = net.layer_by_name("block3_pool").unwrap();
+    let b = t.backward[l].as_ref().unwrap();
+    assert_eq!(b.upstream.len(), 2);
+    let cat_id = net.layer_by_name("concatenate").unwrap();
+    assert!(b.upstream.contains(&GradSource::Layer {
+        layer: cat_id,
+        slot: 1
+    }));
+    assert_eq!(b.reads, vec![TensorRef::Layer(l - 1), TensorRef::Layer(l)]);
+}
+
+#[test]
+fn transformer_backward_dependencies() {
+    let mut c = ModelConfig::new(2);
+    c.depth = Some(1);
+    c.seq_len = Some(8);
+    let g = tg("transformer", &c).graph;
+    // GELU reads its input; layer norm reads its input; attention reads its input.
+    assert_eq!(
+        deps(&g, "h0_gelu_backward"),
+        set(&["h0_fc", "h0_proj_backward"])
+    );
+    assert_eq!(
+        deps(&g, "h0_ln2_backward"),
+        set(&["h0_add1", "h0_fc_backward"])
+    );
+    assert_eq!(
+        deps(&g, "h0_attn_backward"),
+        set(&["h0_ln1", "h0_add1_backward"])
+    );
+    // The logits head forms softmax - labels from its output.
+    assert_eq!(
+        deps(&g, "lm_head_backward"),
+        set(&["ln_f", "lm_head", "Loss"])
+    );
+    // The embedding's input is the token batch (static): it needs only the upstream gradient.
+    assert_eq!(deps(&g, "wte_backward"), set(&["wpe_backward"]));
+    assert_eq!(node(&g, "wte_backward").bytes, 0);
+    assert!(node(&g, "h0_attn").workspace_bytes > 0);
+}
+
+#[test]
+fn static_memory_counts_parameters_gradients_optimizer_input_and_labels() {
+    let net = model_by_name("vgg16", &ModelConfig::new(256)).unwrap();
+    let p = 138_357_544u64 * 4;
+    let io = 256 * 3 * 224 * 224 * 4 + 256 * 4;
+    for (opt, k) in [
+        (Optimizer::Sgd, 2),
+        (Optimizer::SgdMomentum, 3),
+        (Optimizer::Adam, 4),
+    ] {
+        let config = TrainingConfig {
+            optimizer: opt,
+            ..TrainingConfig::default()
+        };
+        let t = net.training_graph(&config).unwrap();
+        assert_eq!(t.graph.static_bytes(), k * p + io, "{opt:?}");
+        assert_eq!(t.static_memory.total(), t.graph.static_bytes());
+    }
+    // Batch-norm running statistics are stored but have no gradient or optimizer state.
+    let net = model_by_name("resnet50", &ModelConfig::new(1)).unwrap();
+    let t = net.training_graph(&TrainingConfig::default()).unwrap();
+    assert_eq!(t.static_memory.params, 25_636_712 * 4);
+    assert_eq!(t.static_memory.param_grads, 25_583_592 * 4);
+    assert_eq!(t.static_memory.optimizer_state, 25_583_592 * 4);
+}
+
+#[test]
+fn workspace_can_be_turned_off() {
+    let config = TrainingConfig {
+        workspace: false,
+        ..TrainingConfig::default()
+    };
+    let g = build_training_graph("resnet50", &ModelConfig::new(2), &config).unwrap();
+    assert!(g.nodes().iter().all(|n| n.workspace_bytes == 0));
+    let g =
+        build_training_graph("resnet50", &ModelConfig::new(2), &TrainingConfig::default()).unwrap();
+    assert!(g.nodes().iter().any(|n| n.workspace_bytes > 0));
+    assert_eq!(g.cost_unit(), "flops");
+}
+
+fn table_for(g: &Graph) -> CostTable {
+    let nodes = g
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, n)| NodeCost {
+            name: n.name.clone(),
+            seconds: 0.001 * (i + 1) as f64,
+            bytes: n.bytes,
+        })
+        .collect();
+    CostTable::new("cpu", "vgg16", 2, nodes)
+}
+
+#[test]
+fn measured_costs_apply_by_name() {
+    let model = ModelConfig::new(2);
+    let flops = build_training_graph("vgg16", &model, &TrainingConfig::default()).unwrap();
+    let mut table = table_for(&flops);
+    table.nodes.reverse(); // order does not matter
+    let text = table.to_json();
+    let parsed = CostTable::from_json_str(&text, "test").unwrap();
+    assert_eq!(parsed.nodes.len(), table.nodes.len());
+    for (a, b) in parsed.nodes.iter().zip(&table.nodes) {
+        assert_eq!((&a.name, a.bytes), (&b.name, b.bytes));
+        assert!((a.seconds - b.seconds).abs() <= 1e-15, "{}", a.name);
+    }
+    let config = TrainingConfig {
+        costs: Costs::Measured(parsed),
+        ..TrainingConfig::default()
+    };
+    let g = build_training_graph("vgg16", &model, &config).unwrap();
+    assert_eq!(g.cost_unit(), "s");
+    for (i, n) in g.nodes().iter().enumerate() {
+        assert!(
+            (n.cost - 0.001 * (i + 1) as f64).abs() <= 1e-15,
+            "{}",
+            n.name
+        );
+        assert_eq!(n.bytes, flops.node(i).bytes);
+    }
+    // Through a file and the CLI's `--costs` parser.
+    let path = std::env::temp_dir().join(format!(
+        "checkmate-models-costs-{}.json",
+        std::process::id()
+    ));
+    table.write(&path).unwrap();
+    assert!(matches!(
+        Costs::from_arg(path.to_str().unwrap()).unwrap(),
+        Costs::Measured(_)
+    ));
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(Costs::from_arg("flops").unwrap(), Costs::Flops);
+    assert!(matches!(
+        Costs::from_arg("/nonexistent/costs.json"),
+        Err(Error::Io { .. })
+    ));
+}
+
+#[test]
+fn cost_table_mismatches_are_errors_naming_the_node() {
+    let model = ModelConfig::new(2);
+    let flops = build_training_graph("vgg16", &model, &TrainingConfig::default()).unwrap();
+    let build = |t: CostTable| {
+        let config = TrainingConfig {
+            costs: Costs::Measured(t),
+            ..TrainingConfig::default()
+        };
+        build_training_graph("vgg16", &model, &config)
+            .unwrap_err()
+            .to_string()
+    };
+    let mut t = table_for(&flops);
+    t.nodes.retain(|n| n.name != "fc2_backward");
+    assert!(build(t).contains("`fc2_backward`"));
+    let mut t = table_for(&flops);
+    t.nodes.push(NodeCost {
+        name: "conv_extra".into(),
+        seconds: 1.0,
+        bytes: 4,
+    });
+    assert!(build(t).contains("conv_extra"));
+    let mut t = table_for(&flops);
+    t.nodes[3].bytes += 1;
+    let e = build(t);
+    assert!(
+        e.contains(&format!("`{}`", flops.node(3).name)) && e.contains("bytes"),
+        "{e}"
+    );
+    let mut t = table_for(&flops);
+    t.batch = 8;
+    assert!(build(t).contains("batch 8"));
+    let mut t = table_for(&flops);
+    t.nodes[0].seconds = f64::NAN;
+    assert!(build(t).contains("block1_conv1"));
+    let mut t = table_for(&flops);
+    let dup = t.nodes[1].clone();
+    t.nodes.push(dup);
+    assert!(build(t).contains("twice"));
+    let e = CostTable::from_json_str(
+        r#"{"format":"checkmate-graph/1","batch":1,"nodes":[]}"#,
+        "x",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("checkmate-costs/1"), "{e}");
+    assert!(matches!(
+        CostTable::from_json_str("{", "x"),
+        Err(Error::Json { .. })
+    ));
+}
