@@ -4,21 +4,118 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use checkmate_graph::{Budget, Graph};
+use checkmate_models::{build_training_graph, Costs, ImageSize, ModelConfig, Optimizer, TrainingConfig};
 use checkmate_solver::baselines::CheckpointAll;
 use clap::Args;
 
-/// Where the training graph comes from.
+/// Where the training graph comes from: a file, or a zoo model built on the fly.
 #[derive(Debug, Clone, Args)]
 pub struct GraphArgs {
     /// Training graph file (checkmate-graph/1 or networkx node-link JSON).
-    #[arg(long, short = 'g')]
-    pub graph: PathBuf,
+    #[arg(long, short = 'g', required_unless_present = "model", conflicts_with = "model")]
+    pub graph: Option<PathBuf>,
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+/// A zoo model and how to build its training graph.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArgs {
+    /// Zoo model (vgg16, vgg19, mobilenet, resnet50, unet, fcn8, segnet, mlp, transformer).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+    /// Batch size (required with --model).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Input image size: 224 or HxW such as 416x608 (default: the model's own).
+    #[arg(long)]
+    pub image_size: Option<String>,
+    /// Number of classes (default: the model's own).
+    #[arg(long)]
+    pub classes: Option<usize>,
+    /// Node costs: `flops` or a measured checkmate-costs/1 file.
+    #[arg(long, default_value = "flops")]
+    pub costs: String,
+    /// Optimizer whose state counts in static memory.
+    #[arg(long, value_enum, default_value_t = OptimizerArg::Sgd)]
+    pub optimizer: OptimizerArg,
+    /// Hidden layers (mlp) or transformer blocks.
+    #[arg(long)]
+    pub depth: Option<usize>,
+    /// Hidden width (mlp) or model width (transformer).
+    #[arg(long)]
+    pub width: Option<usize>,
+    /// Attention heads (transformer).
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Sequence length (transformer).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+}
+
+/// `--optimizer` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum OptimizerArg {
+    /// SGD with momentum (one state buffer per parameter).
+    Sgd,
+    /// Adam (two state buffers per parameter).
+    Adam,
+}
+
+impl ModelArgs {
+    /// The model configuration from the flags.
+    pub fn model_config(&self) -> Result<ModelConfig> {
+        let model = self.model.as_deref().unwrap_or("?");
+        let batch = self
+            .batch
+            .ok_or_else(|| anyhow::anyhow!("--model {model} needs --batch B (examples per batch)"))?;
+        anyhow::ensure!(batch > 0, "--batch must be at least 1");
+        let mut config = ModelConfig::new(batch);
+        if let Some(s) = &self.image_size {
+            let size: ImageSize = s
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--image-size {s:?}: {e}; write 224 or 416x608"))?;
+            config = config.with_image_size(size);
+        }
+        config.classes = self.classes;
+        config.depth = self.depth;
+        config.width = self.width;
+        config.heads = self.heads;
+        config.seq_len = self.seq_len;
+        Ok(config)
+    }
+
+    /// The training configuration from the flags.
+    pub fn training_config(&self) -> Result<TrainingConfig> {
+        Ok(TrainingConfig {
+            optimizer: match self.optimizer {
+                OptimizerArg::Sgd => Optimizer::SgdMomentum,
+                OptimizerArg::Adam => Optimizer::Adam,
+            },
+            costs: Costs::from_arg(&self.costs)
+                .with_context(|| format!("cannot use --costs {}", self.costs))?,
+            ..TrainingConfig::default()
+        })
+    }
+
+    /// Builds the zoo model's training graph.
+    pub fn build(&self, name: &str) -> Result<Graph> {
+        let graph = build_training_graph(name, &self.model_config()?, &self.training_config()?)
+            .with_context(|| format!("cannot build the training graph of model {name:?}"))?;
+        Ok(graph)
+    }
 }
 
 impl GraphArgs {
-    /// Loads the graph.
+    /// Loads the graph file or builds the model's graph.
     pub fn load(&self) -> Result<Graph> {
-        Graph::read(&self.graph).with_context(|| format!("cannot load graph {}", self.graph.display()))
+        match (&self.graph, &self.model.model) {
+            (Some(path), _) => {
+                Graph::read(path).with_context(|| format!("cannot load graph {}", path.display()))
+            }
+            (None, Some(name)) => self.model.build(name),
+            (None, None) => anyhow::bail!("give --graph FILE or --model NAME"),
+        }
     }
 }
 

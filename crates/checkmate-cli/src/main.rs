@@ -1,6 +1,7 @@
 //! `checkmate`: schedule, simulate and sweep tensor-rematerialization plans.
 
 mod common;
+mod graph_cmd;
 mod simulate_cmd;
 mod solve_cmd;
 
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Export a zoo model's training graph (checkmate-graph/1).
+    Graph(graph_cmd::GraphCmdArgs),
     /// Schedule a training graph under a memory budget.
     Solve(solve_cmd::SolveArgs),
     /// Replay a plan: validity, peak memory and cost.
@@ -32,6 +35,7 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Graph(args) => graph_cmd::run(args),
         Command::Solve(args) => solve_cmd::run(args),
         Command::Simulate(args) => simulate_cmd::run(args),
     };

@@ -65,3 +65,49 @@ fn bad_input_gets_a_clear_error_and_no_panic() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn graph_exports_a_zoo_model_whose_forward_bytes_match_checkmate_vgg16() {
+    let out = std::env::temp_dir().join(format!("checkmate-vgg16-{}.json", std::process::id()));
+    let out_s = out.to_str().unwrap();
+    let (ok, summary, err) =
+        checkmate(&["graph", "--model", "vgg16", "--batch", "256", "--image-size", "224", "-o", out_s, "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(summary["nodes"], 45);
+    let ours: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(VGG16).unwrap()).unwrap();
+    let fwd_ours: Vec<u64> = ours["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "forward")
+        .map(|n| n["bytes"].as_u64().unwrap())
+        .collect();
+    let fwd_ref: Vec<u64> = reference["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["backward"] == false)
+        .map(|n| n["cost_ram"].as_u64().unwrap())
+        .collect();
+    assert_eq!(fwd_ours, fwd_ref);
+    // The exported file is a graph every other command reads.
+    let (ok, _, err) = checkmate(&["solve", "--graph", out_s, "--strategy", "checkpoint-all", "--budget", "100%", "--json"]);
+    assert!(ok, "{err}");
+    std::fs::remove_file(&out).ok();
+}
+
+#[test]
+fn model_is_accepted_wherever_graph_is() {
+    let (ok, solved, err) = checkmate(&[
+        "solve", "--model", "mlp", "--batch", "8", "--strategy", "checkpoint-all", "--budget", "100%", "--json",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(solved["status"], "optimal");
+    let (ok, _, err) = checkmate(&["solve", "--model", "vgg16", "--budget", "50%"]);
+    assert!(!ok);
+    assert!(err.contains("--batch"), "{err}");
+    let (ok, _, err) = checkmate(&["solve", "--model", "alexnet", "--batch", "2", "--budget", "50%"]);
+    assert!(!ok);
+    assert!(err.contains("unknown model") && err.contains("vgg16"), "{err}");
+}
