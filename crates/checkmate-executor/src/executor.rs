@@ -1,0 +1,606 @@
+//! The plan interpreter: one register per training-graph node, measured memory after every step.
+
+use std::collections::{HashMap, HashSet};
+
+use candle_core::{DType, Device, Tensor};
+use checkmate_graph::{simulate, Graph, Plan, Step};
+use checkmate_models::{
+    GradSource, Network, NodeRole, Op, TensorRef, TrainingConfig, TrainingGraph,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::error::{Error, Result, TensorContext};
+use crate::kernels as k;
+use crate::memory::{owned, storage_of};
+
+/// One training batch: the input and the `u32` labels, on the executor's device.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The network input (`[N, ...]`, the executor's dtype).
+    pub input: Tensor,
+    /// Class ids, `u32`, the loss's label shape.
+    pub labels: Tensor,
+}
+
+/// What running one plan measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    /// Mean loss over the batch.
+    pub loss: f64,
+    /// Bytes the registers held after every step, measured from their storages.
+    pub measured_live: Vec<u64>,
+    /// The simulator's live bytes after every step (`simulate(..).live_after_step`).
+    pub predicted_live: Vec<u64>,
+    /// Maximum of `measured_live`.
+    pub measured_peak: u64,
+    /// The simulator's peak (includes per-node workspace when the graph has it).
+    pub predicted_peak: u64,
+    /// Compute steps run.
+    pub computes: usize,
+}
+
+/// Runs plans of a network's training graph on candle tensors.
+///
+/// Holds the parameters and their gradients (static memory); activations live only in the
+/// registers of [`Executor::run_plan`], one per graph node.
+#[derive(Debug)]
+pub struct Executor {
+    net: Network,
+    tg: TrainingGraph,
+    device: Device,
+    dtype: DType,
+    params: Vec<Vec<Tensor>>,
+    grads: Vec<Vec<Option<Tensor>>>,
+    check_memory: bool,
+}
+
+impl Executor {
+    /// An executor for `net` with parameters initialized from `seed` (He-uniform kernels, zero
+    /// biases), in `dtype` (`F32` to train, `F64` for gradient checks) on `device`.
+    pub fn new(
+        net: Network,
+        config: &TrainingConfig,
+        device: &Device,
+        dtype: DType,
+        seed: u64,
+    ) -> Result<Executor> {
+        let tg = net.training_graph(config)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut params = Vec::with_capacity(net.layers().len());
+        let mut grads = Vec::with_capacity(net.layers().len());
+        for layer in net.layers() {
+            let mut ps = Vec::new();
+            let mut gs = Vec::new();
+            for spec in &layer.params {
+                let dims = spec.shape.dims().to_vec();
+                let count = spec.shape.elements() as usize;
+                let values: Vec<f64> = match spec.name {
+                    "kernel" | "weight" | "qkv_kernel" | "out_kernel" => {
+                        let fan_in = (count / dims[0].max(1)).max(1) as f64;
+                        let a = (6.0 / fan_in).sqrt();
+                        (0..count).map(|_| rng.gen_range(-a..a)).collect()
+                    }
+                    "gamma" | "running_var" => vec![1.0; count],
+                    _ => vec![0.0; count],
+                };
+                let t = Tensor::from_vec(values, dims, device)
+                    .and_then(|t| t.to_dtype(dtype))
+                    .ctx(|| format!("initializing {}.{}", layer.name, spec.name))?;
+                ps.push(t);
+                gs.push(None);
+            }
+            params.push(ps);
+            grads.push(gs);
+        }
+        tracing::debug!(
+            network = net.name(),
+            nodes = tg.graph.len(),
+            "executor ready"
+        );
+        Ok(Executor {
+            net,
+            tg,
+            device: device.clone(),
+            dtype,
+            params,
+            grads,
+            check_memory: true,
+        })
+    }
+
+    /// Whether [`Executor::run_plan`] fails as soon as measured live bytes differ from the
+    /// simulator's (default `true`); when off, both series are still reported.
+    pub fn set_check_memory(&mut self, on: bool) {
+        self.check_memory = on;
+    }
+
+    /// The training graph plans refer to.
+    pub fn graph(&self) -> &Graph {
+        &self.tg.graph
+    }
+
+    /// The training graph with its mapping to layers.
+    pub fn training_graph(&self) -> &TrainingGraph {
+        &self.tg
+    }
+
+    /// The network.
+    pub fn network(&self) -> &Network {
+        &self.net
+    }
+
+    /// The device tensors live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The float dtype of parameters and activations.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Parameters per layer, in `Layer::params` order.
+    pub fn params(&self) -> &[Vec<Tensor>] {
+        &self.params
+    }
+
+    /// Mutable parameters (for optimizers and tests).
+    pub fn params_mut(&mut self) -> &mut [Vec<Tensor>] {
+        &mut self.params
+    }
+
+    /// Gradients of the last [`Executor::run_plan`] per layer and parameter (`None` for
+    /// non-trainable parameters and layers without a backward node).
+    pub fn grads(&self) -> &[Vec<Option<Tensor>>] {
+        &self.grads
+    }
+
+    /// Bytes of every parameter, measured (static memory's parameter part).
+    pub fn param_bytes(&self) -> u64 {
+        self.params
+            .iter()
+            .flatten()
+            .map(|t| (t.elem_count() * t.dtype().size_in_bytes()) as u64)
+            .sum()
+    }
+
+    /// A deterministic batch of standard-normal inputs and labels `i % classes`, for tests.
+    pub fn random_batch(&self, seed: u64) -> Result<Batch> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let shape = self.net.input().shape.dims().to_vec();
+        let count: usize = shape.iter().product();
+        let v: Vec<f64> = (0..count)
+            .map(|_| {
+                let u: f64 = rng.gen_range(-1.0..1.0);
+                let w: f64 = rng.gen_range(-1.0..1.0);
+                u + w
+            })
+            .collect();
+        let classes = self.classes()?;
+        let label_dims = self.net.loss().labels.shape.dims().to_vec();
+        let labels: Vec<u32> = (0..label_dims.iter().product::<usize>())
+            .map(|i| (i % classes) as u32)
+            .collect();
+        Ok(Batch {
+            input: Tensor::from_vec(v, shape, &self.device)
+                .and_then(|t| t.to_dtype(self.dtype))
+                .ctx(|| "random batch".into())?,
+            labels: Tensor::from_vec(labels, label_dims, &self.device)
+                .ctx(|| "random labels".into())?,
+        })
+    }
+
+    /// Number of classes of the loss.
+    pub fn classes(&self) -> Result<usize> {
+        let loss = self.net.loss();
+        Ok(self.net.layer(loss.input).output.shape.dim(loss.class_axis))
+    }
+
+    /// Checks a batch against the network's input and label shapes.
+    pub fn check_batch(&self, batch: &Batch) -> Result<()> {
+        let want = self.net.input().shape.dims();
+        if batch.input.dims() != want || batch.input.dtype() != self.dtype {
+            return Err(Error::Batch(format!(
+                "input is {:?} {:?}, the network takes {want:?} {:?}",
+                batch.input.dims(),
+                batch.input.dtype(),
+                self.dtype
+            )));
+        }
+        let want = self.net.loss().labels.shape.dims();
+        if batch.labels.dims() != want || batch.labels.dtype() != DType::U32 {
+            return Err(Error::Batch(format!(
+                "labels are {:?} {:?}, the loss takes u32 {want:?}",
+                batch.labels.dims(),
+                batch.labels.dtype()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs one training step's plan: forward, loss and backward nodes as the plan orders them.
+    ///
+    /// The plan is first judged by the simulator. Afterwards [`Executor::grads`] holds every
+    /// trainable parameter's gradient, set exactly once however often its backward node ran.
+    /// After every step the bytes held by the registers are measured (each storage once) and,
+    /// unless disabled with [`Executor::set_check_memory`], must equal the simulator's.
+    pub fn run_plan(&mut self, plan: &Plan, batch: &Batch) -> Result<StepReport> {
+        self.check_batch(batch)?;
+        let sim = simulate(&self.tg.graph, plan)?;
+        let n = self.tg.graph.len();
+        let mut regs: Vec<Option<Vec<Tensor>>> = vec![None; n];
+        for g in self.grads.iter_mut().flatten() {
+            *g = None;
+        }
+        let mut grads_done = vec![false; self.net.layers().len()];
+        // Storages the registers hold: key -> (registers holding it, bytes).
+        let mut held: HashMap<usize, (usize, u64)> = HashMap::new();
+        let mut static_keys = HashSet::new();
+        for t in self
+            .params
+            .iter()
+            .flatten()
+            .chain([&batch.input, &batch.labels])
+        {
+            static_keys.insert(storage_of(t).ctx(|| "static storage".into())?.0);
+        }
+        let mut live: u64 = 0;
+        let mut measured_live = Vec::with_capacity(plan.steps.len());
+        let mut loss = f64::NAN;
+        for (step, &s) in plan.steps.iter().enumerate() {
+            match s {
+                Step::Compute(v) => {
+                    let outs = self.compute(v, step, &regs, batch, &mut grads_done)?;
+                    let mut taken: HashSet<usize> = static_keys.clone();
+                    taken.extend(held.keys().copied());
+                    let mut kept = Vec::with_capacity(outs.len());
+                    for t in outs {
+                        let t = owned(t, &taken).ctx(|| self.tg.graph.label(v))?;
+                        let (key, bytes) = storage_of(&t).ctx(|| self.tg.graph.label(v))?;
+                        taken.insert(key);
+                        let e = held.entry(key).or_insert((0, bytes));
+                        if e.0 == 0 {
+                            live += bytes;
+                        }
+                        e.0 += 1;
+                        kept.push(t);
+                    }
+                    if self.tg.role(v) == NodeRole::Loss {
+                        loss = kept[0]
+                            .mean_all()
+                            .and_then(|m| m.to_dtype(DType::F64))
+                            .and_then(|m| m.to_scalar::<f64>())
+                            .ctx(|| "loss".into())?;
+                    }
+                    regs[v] = Some(kept);
+                }
+                Step::Free(v) => {
+                    for t in regs[v].take().unwrap_or_default() {
+                        let (key, bytes) = storage_of(&t).ctx(|| self.tg.graph.label(v))?;
+                        if let Some(e) = held.get_mut(&key) {
+                            e.0 -= 1;
+                            if e.0 == 0 {
+                                held.remove(&key);
+                                live -= bytes;
+                            }
+                        }
+                    }
+                }
+            }
+            let predicted = sim.live_after_step[step];
+            if self.check_memory && live != predicted {
+                let (Step::Compute(v) | Step::Free(v)) = s;
+                return Err(Error::MemoryMismatch {
+                    step,
+                    node: self.tg.graph.label(v),
+                    measured: live,
+                    predicted,
+                });
+            }
+            measured_live.push(live);
+        }
+        let measured_peak = measured_live.iter().copied().max().unwrap_or(0);
+        tracing::debug!(
+            loss,
+            measured_peak,
+            predicted_peak = sim.peak_bytes,
+            "plan ran"
+        );
+        Ok(StepReport {
+            loss,
+            measured_live,
+            predicted_live: sim.live_after_step,
+            measured_peak,
+            predicted_peak: sim.peak_bytes,
+            computes: sim.computes,
+        })
+    }
+
+    fn reg<'a>(
+        &self,
+        regs: &'a [Option<Vec<Tensor>>],
+        node: usize,
+        index: usize,
+        step: usize,
+        reader: usize,
+    ) -> Result<&'a Tensor> {
+        regs[node]
+            .as_ref()
+            .and_then(|r| r.get(index))
+            .ok_or_else(|| Error::MissingInput {
+                step,
+                node: self.tg.graph.label(reader),
+                input: self.tg.graph.label(node),
+            })
+    }
+
+    fn tensor<'a>(
+        &self,
+        t: TensorRef,
+        regs: &'a [Option<Vec<Tensor>>],
+        batch: &'a Batch,
+        step: usize,
+        reader: usize,
+    ) -> Result<&'a Tensor> {
+        match t {
+            TensorRef::Input => Ok(&batch.input),
+            TensorRef::Layer(l) => self.reg(regs, self.tg.forward_node(l), 0, step, reader),
+        }
+    }
+
+    fn unsupported(&self, layer: usize, reason: impl Into<String>) -> Error {
+        let l = self.net.layer(layer);
+        Error::Unsupported {
+            layer: l.name.clone(),
+            op: l.op.kind(),
+            reason: reason.into(),
+        }
+    }
+
+    fn compute(
+        &mut self,
+        v: usize,
+        step: usize,
+        regs: &[Option<Vec<Tensor>>],
+        batch: &Batch,
+        grads_done: &mut [bool],
+    ) -> Result<Vec<Tensor>> {
+        let label = || self.tg.graph.label(v);
+        match self.tg.role(v) {
+            NodeRole::Forward(l) => {
+                let layer = self.net.layer(l);
+                let mut xs = Vec::with_capacity(layer.inputs.len());
+                for &t in &layer.inputs {
+                    xs.push(self.tensor(t, regs, batch, step, v)?);
+                }
+                let y = self.forward(l, &xs)?;
+                Ok(vec![y])
+            }
+            NodeRole::Loss => {
+                let loss = self.net.loss();
+                let pred = self.reg(regs, self.tg.forward_node(loss.input), 0, step, v)?;
+                if loss.class_axis != 1 || pred.rank() != 2 {
+                    return Err(self.unsupported(
+                        loss.input,
+                        "the loss supports [N, C] predictions only so far",
+                    ));
+                }
+                let out = k::cross_entropy(pred, &batch.labels, loss.from_logits).ctx(label)?;
+                Ok(vec![out])
+            }
+            NodeRole::Backward(l) => self.backward(l, v, step, regs, batch, grads_done),
+        }
+    }
+
+    fn forward(&self, l: usize, xs: &[&Tensor]) -> Result<Tensor> {
+        let layer = self.net.layer(l);
+        let ps = &self.params[l];
+        let ctx = || layer.name.clone();
+        let x = xs[0];
+        let rank = layer.output.shape.rank();
+        let y = match &layer.op {
+            Op::Dense(d) => {
+                let z = k::dense_forward(x, &ps[0], ps.get(1)).ctx(ctx)?;
+                k::activation_forward(&z, d.activation, rank - 1).ctx(ctx)?
+            }
+            Op::Conv2d(c) => {
+                let z = k::conv2d_forward(x, &ps[0], ps.get(1), c).ctx(ctx)?;
+                k::activation_forward(&z, c.activation, 1).ctx(ctx)?
+            }
+            Op::Activation(a) => k::activation_forward(x, *a, 1).ctx(ctx)?,
+            Op::Flatten | Op::Reshape { .. } => x.reshape(layer.output.shape.dims()).ctx(ctx)?,
+            Op::MaxPool2d(p) => k::max_pool2d_forward(x, p).ctx(ctx)?,
+            Op::AvgPool2d(p) => k::avg_pool2d_forward(x, p).ctx(ctx)?,
+            Op::GlobalAvgPool2d => k::global_avg_pool_forward(x).ctx(ctx)?,
+            Op::Add => {
+                let owned: Vec<Tensor> = xs.iter().map(|t| (*t).clone()).collect();
+                k::sum_in_order(&owned).ctx(ctx)?
+            }
+            Op::Concat { axis } => Tensor::cat(xs, *axis).ctx(ctx)?,
+            Op::ZeroPadding2d { padding } => k::pad2d(x, *padding).ctx(ctx)?,
+            Op::Cropping2d { cropping } => k::crop2d(x, *cropping).ctx(ctx)?,
+            Op::UpSampling2d { scale } => {
+                let (_, _, h, w) = x.dims4().ctx(ctx)?;
+                x.upsample_nearest2d(h * scale[0], w * scale[1]).ctx(ctx)?
+            }
+            other => return Err(self.unsupported(l, format!("no {} kernel yet", other.kind()))),
+        };
+        Ok(y)
+    }
+
+    fn backward(
+        &mut self,
+        l: usize,
+        v: usize,
+        step: usize,
+        regs: &[Option<Vec<Tensor>>],
+        batch: &Batch,
+        grads_done: &mut [bool],
+    ) -> Result<Vec<Tensor>> {
+        let Some(bn) = self.tg.backward[l].clone() else {
+            return Err(
+                self.unsupported(l, "role says backward but the layer has no backward node")
+            );
+        };
+        let layer = self.net.layer(l).clone();
+        let ctx = || format!("{}_backward", layer.name);
+        // Upstream gradient of the output, summed in the graph's fixed order.
+        let mut parts = Vec::new();
+        let mut from_loss = false;
+        for u in &bn.upstream {
+            match *u {
+                GradSource::Loss => from_loss = true,
+                GradSource::Layer { layer: c, slot } => {
+                    let cb = self.tg.backward[c]
+                        .as_ref()
+                        .ok_or_else(|| self.unsupported(c, "consumer without backward node"))?;
+                    let index = if self.net.layer(c).op.shares_input_gradient() {
+                        0
+                    } else {
+                        cb.input_grads[..slot].iter().filter(|&&g| g).count()
+                    };
+                    parts.push(self.reg(regs, cb.node, index, step, v)?.clone());
+                }
+            }
+        }
+        let g_out = if parts.is_empty() {
+            None
+        } else {
+            Some(k::sum_in_order(&parts).ctx(ctx)?)
+        };
+        let y = self.reg(regs, self.tg.forward_node(l), 0, step, v).ok();
+        let loss = self.net.loss();
+        let loss_grad = if from_loss {
+            let y = y.ok_or_else(|| self.unsupported(l, "loss gradient needs the output"))?;
+            Some(k::cross_entropy_backward(y, &batch.labels, loss.from_logits).ctx(ctx)?)
+        } else {
+            None
+        };
+        let mut xs = Vec::new();
+        for &t in &layer.inputs {
+            xs.push(self.tensor(t, regs, batch, step, v).ok());
+        }
+        let rank = layer.output.shape.rank();
+        let act = layer.op.activation();
+        let axis = k::softmax_axis_for(matches!(layer.op, Op::Dense(_)), rank);
+        // Gradient at the activation's input (the op body's output).
+        let add = |a: Option<Tensor>, b: Option<Tensor>| -> Result<Option<Tensor>> {
+            Ok(match (a, b) {
+                (Some(a), Some(b)) => Some(a.add(&b).ctx(ctx)?),
+                (a, None) => a,
+                (None, b) => b,
+            })
+        };
+        let (g_out, post) = if loss.from_logits {
+            (add(g_out, loss_grad)?, None)
+        } else {
+            (g_out, loss_grad)
+        };
+        let g_pre = match g_out {
+            Some(g) => {
+                let y = y.ok_or_else(|| self.unsupported(l, "activation gradient needs output"))?;
+                Some(k::activation_backward(xs[0], y, &g, act, axis).ctx(ctx)?)
+            }
+            None => None,
+        };
+        let Some(g) = add(g_pre, post)? else {
+            return Err(self.unsupported(l, "backward node without upstream gradient"));
+        };
+        let need = |i: usize| bn.input_grads.get(i).copied().unwrap_or(false);
+        let x0 = || -> Result<&Tensor> {
+            xs[0].ok_or_else(|| self.unsupported(l, "gradient rule needs the input"))
+        };
+        let first_time = !grads_done[l];
+        let mut outs: Vec<Option<Tensor>> = vec![None; layer.inputs.len()];
+        match &layer.op {
+            Op::Dense(_) => {
+                let (dx, dw, db) =
+                    k::dense_backward(x0()?, &self.params[l][0], &g, need(0)).ctx(ctx)?;
+                if first_time {
+                    self.grads[l][0] = Some(dw);
+                    if layer.params.len() > 1 {
+                        self.grads[l][1] = Some(db);
+                    }
+                }
+                outs[0] = dx;
+            }
+            Op::Conv2d(c) => {
+                let (dx, dw, db) =
+                    k::conv2d_backward(x0()?, &self.params[l][0], &g, c, need(0), c.bias)
+                        .ctx(ctx)?;
+                if first_time {
+                    self.grads[l][0] = Some(dw);
+                    if let Some(db) = db {
+                        self.grads[l][1] = Some(db);
+                    }
+                }
+                outs[0] = dx;
+            }
+            Op::Activation(_) => outs[0] = Some(g),
+            Op::Flatten | Op::Reshape { .. } => {
+                outs[0] = Some(g.reshape(layer.input_types[0].shape.dims()).ctx(ctx)?)
+            }
+            Op::MaxPool2d(p) => outs[0] = Some(k::max_pool2d_backward(x0()?, &g, p).ctx(ctx)?),
+            Op::AvgPool2d(p) => {
+                let dims = layer.input_types[0].shape.dims();
+                let shape_only = Tensor::zeros(dims, self.dtype, &self.device).ctx(ctx)?;
+                outs[0] = Some(k::avg_pool2d_backward(&shape_only, &g, p).ctx(ctx)?)
+            }
+            Op::GlobalAvgPool2d => {
+                let dims = layer.input_types[0].shape.dims();
+                let shape_only = Tensor::zeros(dims, self.dtype, &self.device).ctx(ctx)?;
+                outs[0] = Some(k::global_avg_pool_backward(&shape_only, &g).ctx(ctx)?)
+            }
+            Op::Add => {
+                grads_done[l] = true;
+                return Ok(if bn.input_grads.iter().any(|&b| b) {
+                    vec![g]
+                } else {
+                    vec![]
+                });
+            }
+            Op::Concat { axis } => {
+                let mut start = 0;
+                for (i, t) in layer.input_types.iter().enumerate() {
+                    let len = t.shape.dim(*axis);
+                    if need(i) {
+                        outs[i] = Some(
+                            g.narrow(*axis, start, len)
+                                .and_then(|t| t.force_contiguous())
+                                .ctx(ctx)?,
+                        );
+                    }
+                    start += len;
+                }
+            }
+            Op::ZeroPadding2d { padding } => outs[0] = Some(k::crop2d(&g, *padding).ctx(ctx)?),
+            Op::Cropping2d { cropping } => outs[0] = Some(k::pad2d(&g, *cropping).ctx(ctx)?),
+            Op::UpSampling2d { scale } => {
+                let (n, c, h, w) = layer_dims4(&layer.input_types[0].shape.dims().to_vec())
+                    .ok_or_else(|| self.unsupported(l, "upsampling needs NCHW"))?;
+                let dx = g
+                    .reshape((n, c, h, scale[0], w, scale[1]))
+                    .and_then(|t| t.sum((3, 5)))
+                    .ctx(ctx)?;
+                outs[0] = Some(dx);
+            }
+            other => return Err(self.unsupported(l, format!("no {} gradient yet", other.kind()))),
+        }
+        grads_done[l] = true;
+        Ok(outs
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| need(*i))
+            .map(|(_, t)| t)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| self.unsupported(l, "an input gradient was not produced"))?)
+    }
+}
+
+fn layer_dims4(d: &[usize]) -> Option<(usize, usize, usize, usize)> {
+    match *d {
+        [n, c, h, w] => Some((n, c, h, w)),
+        _ => None,
+    }
+}
