@@ -164,3 +164,25 @@ fn fcn8_conv_flops_are_twice_checkmates_macs_plus_bias_and_relu() {
     }
     assert_eq!(checked, 13);
 }
+
+/// Node counts: equal to Checkmate's, except that layers with nothing to differentiate (a padding
+/// of the input image) get no backward node here.
+#[test]
+fn node_counts_against_checkmate() {
+    let seg = ModelConfig::new(32).with_classes(19);
+    for (model, config, file, missing) in [
+        ("vgg16", ModelConfig::new(256), "VGG16_256_224", 0),
+        ("vgg19", ModelConfig::new(256), "VGG19_256_224", 0),
+        ("mobilenet", ModelConfig::new(512), "MobileNet_512_224", 1),
+        ("resnet50", ModelConfig::new(256), "ResNet50_256_224", 1),
+        ("unet", seg.clone(), "vgg_unet_32_416x608", 0),
+        ("fcn8", seg.clone(), "fcn_8_vgg_32_416x608", 0),
+        ("segnet", seg.clone(), "segnet_32_416x608", 1),
+    ] {
+        assert_eq!(
+            ours(model, &config).len() + missing,
+            reference(file).len(),
+            "{model}"
+        );
+    }
+}
