@@ -94,5 +94,5 @@ pub enum Error {
     Graph(#[from] checkmate_graph::Error),
 }
 
-/// `Result` with this crate's [`Error`].
+/// `Result` with this crate's [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

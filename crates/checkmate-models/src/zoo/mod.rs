@@ -32,7 +32,7 @@ pub const MODEL_NAMES: &[&str] = &[
     "transformer",
 ];
 
-/// Size parameters of a zoo model. `None` takes the model's default (see [`ModelConfig::describe`]
+/// Size parameters of a zoo model. `None` takes the model's default (see the field docs
 /// and docs/MODELS.md); fields a model does not use are ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelConfig {
