@@ -84,7 +84,11 @@ impl Judged {
 fn fractional_keeps(model: &Model, x: &[f64]) -> Vec<Vec<f64>> {
     let n = model.n;
     (0..n)
-        .map(|t| (0..n).map(|i| Model::value(model.s[t * n + i], x)).collect())
+        .map(|t| {
+            (0..n)
+                .map(|i| Model::value(model.s[t * n + i], x))
+                .collect()
+        })
         .collect()
 }
 
@@ -165,7 +169,8 @@ impl Strategy for LpRound {
                     break;
                 }
                 let reduced = ((1.0 - eps) * budget_bytes as f64).floor() as u64;
-                let model = Model::build(graph, BudgetMode::Bytes(reduced), Formulation::Fast, false);
+                let model =
+                    Model::build(graph, BudgetMode::Bytes(reduced), Formulation::Fast, false);
                 let opts = RunOptions {
                     time_limit: Some(left.mul_f64(0.5)),
                     mip_gap: options.mip_gap,
@@ -252,8 +257,17 @@ impl Strategy for LpRound {
 }
 
 /// The LP relaxation's optimum at `budget` (a lower bound on the MILP optimum), if the LP solves.
-pub fn lp_lower_bound(graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Option<f64>> {
-    let model = Model::build(graph, BudgetMode::Bytes(budget_bytes), options.formulation, false);
+pub fn lp_lower_bound(
+    graph: &Graph,
+    budget_bytes: u64,
+    options: &SolveOptions,
+) -> Result<Option<f64>> {
+    let model = Model::build(
+        graph,
+        BudgetMode::Bytes(budget_bytes),
+        options.formulation,
+        false,
+    );
     let opts = RunOptions {
         time_limit: options.time_limit,
         mip_gap: options.mip_gap,

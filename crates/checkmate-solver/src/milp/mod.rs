@@ -40,7 +40,11 @@ pub(crate) struct Incumbent {
 
 /// The cheapest plan within `budget` among the other strategies that need no solver, turned into
 /// a frontier-advancing schedule.
-pub(crate) fn best_heuristic(graph: &Graph, budget: u64, options: &SolveOptions) -> Option<Incumbent> {
+pub(crate) fn best_heuristic(
+    graph: &Graph,
+    budget: u64,
+    options: &SolveOptions,
+) -> Option<Incumbent> {
     let mut best: Option<Incumbent> = None;
     for &name in crate::STRATEGY_NAMES {
         if name == NAME || name == crate::lp_round::NAME {
@@ -95,6 +99,7 @@ pub(crate) fn solve_milp(
     let start = Instant::now();
     let mut model_budget = budget;
     let mut best = incumbent;
+    let mut use_warm = true;
     for attempt in 0..4 {
         let t0 = Instant::now();
         let model = Model::build(
@@ -114,7 +119,9 @@ pub(crate) fn solve_milp(
         );
         let warm_start = best
             .as_ref()
+            .filter(|_| use_warm)
             .and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
+        let warm_passed = warm_start.is_some();
         if best.is_some() && warm_start.is_none() {
             tracing::debug!("the incumbent does not fit the model's memory count; not passed");
         }
@@ -144,6 +151,19 @@ pub(crate) fn solve_milp(
             });
         };
         tracing::debug!(peak, cost, objective = ?res.objective, status = ?res.status, "MILP solution");
+        let objective = res.objective.unwrap_or(f64::INFINITY);
+        let slack = options.mip_gap.max(0.0) * objective.abs() + 1e-6 * (1.0 + objective.abs());
+        if warm_passed && res.status == RunStatus::Optimal && cost > objective + slack {
+            // HiGHS can return the MIP start instead of the solution it reports when presolve
+            // alone solves the model; solve again without the start.
+            tracing::debug!(
+                cost,
+                objective,
+                "solution does not match the objective; re-solving cold"
+            );
+            use_warm = false;
+            continue;
+        }
         if peak <= budget {
             if best.as_ref().map_or(true, |b| cost < b.cost) {
                 best = Some(Incumbent {
@@ -174,7 +194,11 @@ pub(crate) fn solve_milp(
             });
         }
     }
-    unreachable!("the loop returns")
+    Ok(MilpResult {
+        best,
+        status: RunStatus::TimeLimit,
+        lower_bound: None,
+    })
 }
 
 /// The least activation budget of any frontier-advancing schedule, solved as a MILP that minimizes
@@ -226,9 +250,10 @@ impl Strategy for Milp {
             tracing::debug!(cost = inc.cost, "warm start");
         }
         let res = solve_milp(graph, budget_bytes, options, incumbent)?;
-        let lower_bound = res.lower_bound.map(|b| b.max(graph.total_cost()).min(
-            res.best.as_ref().map_or(f64::INFINITY, |b| b.cost),
-        ));
+        let lower_bound = res.lower_bound.map(|b| {
+            b.max(graph.total_cost())
+                .min(res.best.as_ref().map_or(f64::INFINITY, |b| b.cost))
+        });
         Ok(match (res.status, res.best) {
             (RunStatus::Optimal, Some(b)) => Outcome {
                 plan: Some(b.plan),

@@ -158,7 +158,11 @@ impl Model {
             BudgetMode::MinPeak => graph.nodes().iter().map(|x| x.bytes).sum(),
         };
         let scale = memory_scale(graph, hint);
-        let mem: Vec<f64> = graph.nodes().iter().map(|x| x.bytes as f64 / scale).collect();
+        let mem: Vec<f64> = graph
+            .nodes()
+            .iter()
+            .map(|x| x.bytes as f64 / scale)
+            .collect();
         let ws: Vec<f64> = graph
             .nodes()
             .iter()

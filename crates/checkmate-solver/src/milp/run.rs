@@ -1,6 +1,7 @@
 //! Passing a [`Model`] to HiGHS and reading back what it found.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use highs::{HighsModelStatus, HighsSolutionStatus, RowProblem, Sense};
 
@@ -47,8 +48,15 @@ pub(crate) struct RunResult {
     pub(crate) dual_bound: Option<f64>,
 }
 
+/// HiGHS does not support concurrent solves in one process (its task scheduler is global; see
+/// HiGHS issues 810 and 1838): every solve holds this lock.
+static HIGHS_LOCK: Mutex<()> = Mutex::new(());
+
 /// Solves `model` (MILP when it has integer columns, LP otherwise) with HiGHS.
 pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
+    let start = Instant::now();
+    let _guard = HIGHS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let waited = start.elapsed();
     let fail = |message: String| Error::Solver {
         strategy: opts.strategy.to_string(),
         message,
@@ -81,10 +89,21 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
         .try_optimise(Sense::Minimise)
         .map_err(|e| fail(format!("HiGHS rejected the model: {e:?}")))?;
     let name = opts.strategy;
+    if std::env::var_os("CHECKMATE_HIGHS_LOG").is_some() {
+        // HiGHS's own log on stdout, for debugging.
+        set_option(&mut hm, name, "output_flag", true)?;
+        set_option(&mut hm, name, "log_to_console", true)?;
+    }
     set_option(&mut hm, name, "threads", opts.threads.max(1) as i32)?;
-    set_option(&mut hm, name, "random_seed", (opts.seed % (i32::MAX as u64)) as i32)?;
+    set_option(
+        &mut hm,
+        name,
+        "random_seed",
+        (opts.seed % (i32::MAX as u64)) as i32,
+    )?;
     if let Some(limit) = opts.time_limit {
-        set_option(&mut hm, name, "time_limit", limit.as_secs_f64().max(0.01))?;
+        let left = limit.saturating_sub(waited);
+        set_option(&mut hm, name, "time_limit", left.as_secs_f64().max(0.01))?;
     }
     if is_mip {
         set_option(&mut hm, name, "mip_rel_gap", opts.mip_gap.max(0.0))?;
@@ -145,9 +164,8 @@ fn set_option<V: highs::HighsOptionValue>(
     option: &str,
     value: V,
 ) -> Result<()> {
-    hm.try_set_option(option, value)
-        .map_err(|e| Error::Solver {
-            strategy: strategy.to_string(),
-            message: format!("cannot set HiGHS option {option}: {e:?}"),
-        })
+    hm.try_set_option(option, value).map_err(|e| Error::Solver {
+        strategy: strategy.to_string(),
+        message: format!("cannot set HiGHS option {option}: {e:?}"),
+    })
 }

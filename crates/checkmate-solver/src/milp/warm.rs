@@ -109,12 +109,7 @@ pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> 
     let ws = |i: usize| graph.node(i).workspace_bytes as f64 / model.scale;
     // FREE's logical value: i dies right after k in stage t.
     let free = |t: usize, i: usize, k: usize| {
-        r(t, k)
-            && !s(t + 1, i)
-            && !graph
-                .succs(i)
-                .iter()
-                .any(|&j| j > k && j <= t && r(t, j))
+        r(t, k) && !s(t + 1, i) && !graph.succs(i).iter().any(|&j| j > k && j <= t && r(t, j))
     };
     // U[t, k] for every k <= t along the paper's chain.
     let mut u = vec![0.0; n];
@@ -149,9 +144,7 @@ pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> 
         .map(|kind| match *kind {
             ColKind::R(t, i) => f64::from(u8::from(r(t as usize, i as usize))),
             ColKind::S(t, i) => f64::from(u8::from(s(t as usize, i as usize))),
-            ColKind::Free(t, i, k) => {
-                f64::from(u8::from(free(t as usize, i as usize, k as usize)))
-            }
+            ColKind::Free(t, i, k) => f64::from(u8::from(free(t as usize, i as usize, k as usize))),
             ColKind::U(t, k) => u_all[t as usize][k as usize],
             ColKind::Peak => peak,
             ColKind::Constant => 1.0,
