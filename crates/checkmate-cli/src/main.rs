@@ -4,6 +4,7 @@ mod common;
 mod graph_cmd;
 mod simulate_cmd;
 mod solve_cmd;
+mod sweep_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,8 @@ enum Command {
     Solve(solve_cmd::SolveArgs),
     /// Replay a plan: validity, peak memory and cost.
     Simulate(simulate_cmd::SimulateArgs),
+    /// Cost/memory frontier of every strategy at evenly spaced budgets.
+    Sweep(sweep_cmd::SweepArgs),
 }
 
 fn main() {
@@ -38,6 +41,7 @@ fn main() {
         Command::Graph(args) => graph_cmd::run(args),
         Command::Solve(args) => solve_cmd::run(args),
         Command::Simulate(args) => simulate_cmd::run(args),
+        Command::Sweep(args) => sweep_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -5,6 +5,8 @@
 //! node and a virtual sink to the last one, so those two (and every node of a chain) count as
 //! articulation points. The virtual nodes themselves are never candidates.
 
+use std::sync::Arc;
+
 use checkmate_graph::{Graph, NodeIdx, NodeKind};
 use petgraph::graph::{NodeIndex, UnGraph};
 
@@ -83,7 +85,7 @@ impl Strategy for ApSqrtN {
 pub struct ApGreedy;
 
 impl ApGreedy {
-    fn frontier(graph: &Graph) -> Vec<Evaluated> {
+    fn frontier(graph: &Graph) -> Arc<Vec<Evaluated>> {
         let mut is_candidate = vec![false; graph.len()];
         for v in articulation_points(graph) {
             is_candidate[v] = true;

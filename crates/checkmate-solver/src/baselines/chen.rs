@@ -3,6 +3,8 @@
 //! Every forward node is a candidate checkpoint (Checkmate's "linearized" variants). The checkpoint
 //! set becomes a segment schedule ([`segment_schedule`](super::segment_schedule)).
 
+use std::sync::Arc;
+
 use checkmate_graph::{Graph, NodeIdx};
 
 use super::{
@@ -47,7 +49,7 @@ impl Strategy for ChenSqrtN {
 pub struct ChenGreedy;
 
 impl ChenGreedy {
-    fn frontier(graph: &Graph) -> Vec<Evaluated> {
+    fn frontier(graph: &Graph) -> Arc<Vec<Evaluated>> {
         let mut is_candidate = vec![false; graph.len()];
         for v in linearized_candidates(graph) {
             is_candidate[v] = true;

@@ -238,9 +238,9 @@ fn revolve_schedule(graph: &Graph, fwd: &[NodeIdx], s: usize) -> Schedule {
     let last_fwd = fwd[m - 1];
     let mut step = vec![0usize; n];
     let mut current = m;
-    for t in 0..n {
+    for (t, st) in step.iter_mut().enumerate() {
         if graph.node(t).kind == NodeKind::Forward {
-            step[t] = if t == last_fwd { m } else { 0 };
+            *st = if t == last_fwd { m } else { 0 };
             continue;
         }
         if let Some(k) = graph
@@ -252,7 +252,7 @@ fn revolve_schedule(graph: &Graph, fwd: &[NodeIdx], s: usize) -> Schedule {
         {
             current = current.min(k + 1).max(1);
         }
-        step[t] = current;
+        *st = current;
     }
     let last_consumer: Vec<usize> = (0..n)
         .map(|i| graph.succs(i).last().copied().unwrap_or(i))
@@ -270,8 +270,8 @@ fn revolve_schedule(graph: &Graph, fwd: &[NodeIdx], s: usize) -> Schedule {
     let mut turn_start = 0usize;
     for t in 0..n {
         let row = &mut keep[t];
-        for i in 0..t {
-            if graph.node(i).kind != NodeKind::Forward && last_consumer[i] >= t {
+        for (i, &last) in last_consumer.iter().enumerate().take(t) {
+            if graph.node(i).kind != NodeKind::Forward && last >= t {
                 row.insert(i);
             }
         }

@@ -20,7 +20,12 @@ pub use chen::{ChenGreedy, ChenSqrtN};
 pub use griewank::{binomial, revolve_actions, revolve_forward_steps, Action, Griewank};
 pub use simple::{CheckpointAll, CheckpointLast};
 
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
 use checkmate_graph::{simulate, Graph, NodeIdx, NodeKind, Schedule};
+
 use fixedbitset::FixedBitSet;
 use rayon::prelude::*;
 
@@ -223,7 +228,52 @@ pub(crate) const MAX_GREEDY_SETS: usize = 256;
 /// consecutive forward nodes that starts after a candidate (or at the first forward node) and ends
 /// at a candidate; thresholds `0` and every such sum cover all outcomes. When more than
 /// [`MAX_GREEDY_SETS`] distinct sets arise, an evenly spaced subset (by threshold) is simulated.
-pub(crate) fn greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Vec<Evaluated> {
+///
+/// Results are memoized for the last few (graph, candidates) pairs, so a sweep or a `solve` that
+/// also asks for the least feasible budget simulates each set once.
+pub(crate) fn greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Arc<Vec<Evaluated>> {
+    let key = fingerprint(graph, is_candidate);
+    if let Some(hit) = lock_cache().iter().find(|(k, _)| *k == key) {
+        return Arc::clone(&hit.1);
+    }
+    let computed = Arc::new(compute_greedy_frontier(graph, is_candidate));
+    let mut cache = lock_cache();
+    if !cache.iter().any(|(k, _)| *k == key) {
+        if cache.len() >= GREEDY_CACHE_ENTRIES {
+            cache.remove(0);
+        }
+        cache.push((key, Arc::clone(&computed)));
+    }
+    computed
+}
+
+/// How many greedy frontiers stay memoized.
+const GREEDY_CACHE_ENTRIES: usize = 4;
+
+type GreedyCache = Vec<(u64, Arc<Vec<Evaluated>>)>;
+
+fn lock_cache() -> std::sync::MutexGuard<'static, GreedyCache> {
+    static CACHE: Mutex<GreedyCache> = Mutex::new(Vec::new());
+    // A panic while holding the lock cannot leave the vector inconsistent: use it anyway.
+    CACHE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A hash of everything the greedy frontier depends on.
+fn fingerprint(graph: &Graph, is_candidate: &[bool]) -> u64 {
+    let mut h = DefaultHasher::new();
+    graph.len().hash(&mut h);
+    for (i, node) in graph.nodes().iter().enumerate() {
+        node.kind.hash(&mut h);
+        node.cost.to_bits().hash(&mut h);
+        node.bytes.hash(&mut h);
+        node.workspace_bytes.hash(&mut h);
+        graph.preds(i).hash(&mut h);
+    }
+    is_candidate.hash(&mut h);
+    h.finish()
+}
+
+fn compute_greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Vec<Evaluated> {
     let fwd: Vec<NodeIdx> = graph.forward_nodes().collect();
     let mut prefix = Vec::with_capacity(fwd.len() + 1);
     prefix.push(0u64);

@@ -1,0 +1,280 @@
+//! `checkmate sweep`: every strategy's cost at evenly spaced budgets, as a table, JSON or an SVG
+//! frontier.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use checkmate_graph::format_bytes;
+use checkmate_solver::sweep::{sweep, PointStatus, Sweep, SweepOptions, SweepPoint};
+use checkmate_solver::{strategy_by_name, SolveOptions, Strategy, STRATEGY_NAMES};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+
+use crate::common::{print_json, GraphArgs};
+
+/// Arguments of `checkmate sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub graph: GraphArgs,
+    /// Comma-separated strategies (default: every strategy except milp).
+    #[arg(long, short = 's', value_delimiter = ',')]
+    pub strategies: Vec<String>,
+    /// Number of budgets from the least feasible budget to the checkpoint-all peak.
+    #[arg(long, short = 'n', default_value_t = 10)]
+    pub points: usize,
+    /// Time limit per MILP/LP solve, in seconds.
+    #[arg(long)]
+    pub time_limit: Option<f64>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the frontier (compute overhead versus activation budget) to this SVG file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+impl SweepArgs {
+    /// The strategies to run, in the order given (or [`STRATEGY_NAMES`] without `milp`).
+    fn strategies(&self) -> Result<Vec<Box<dyn Strategy>>> {
+        let names: Vec<String> = if self.strategies.is_empty() {
+            STRATEGY_NAMES
+                .iter()
+                .filter(|&&n| n != "milp")
+                .map(|n| n.to_string())
+                .collect()
+        } else {
+            self.strategies
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        let mut out: Vec<Box<dyn Strategy>> = Vec::with_capacity(names.len());
+        for n in &names {
+            if out.iter().any(|s| s.name() == n) {
+                continue;
+            }
+            out.push(strategy_by_name(n)?);
+        }
+        anyhow::ensure!(!out.is_empty(), "--strategies: name at least one strategy");
+        Ok(out)
+    }
+
+    fn options(&self) -> Result<SweepOptions> {
+        anyhow::ensure!(self.points >= 1, "--points must be at least 1");
+        let time_limit = match self.time_limit {
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => anyhow::bail!("--time-limit {s}: give a positive number of seconds"),
+            None => None,
+        };
+        Ok(SweepOptions {
+            points: self.points,
+            solve: SolveOptions {
+                time_limit,
+                ..SolveOptions::default()
+            },
+        })
+    }
+}
+
+/// Runs `checkmate sweep`.
+pub fn run(args: SweepArgs) -> Result<()> {
+    let graph = args.graph.load()?;
+    let strategies = args.strategies()?;
+    let options = args.options()?;
+    let total = (args.points * strategies.len()) as u64;
+    // Hidden at first; shown on stderr once the sweep takes longer than a moment.
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} sweep [{bar:30}] {pos}/{len} points {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let start = Instant::now();
+    let shown = std::sync::atomic::AtomicBool::new(false);
+    let result = sweep(&graph, &strategies, &options, &|_p: &SweepPoint| {
+        if start.elapsed() > Duration::from_millis(500)
+            && !shown.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        bar.inc(1);
+    })?;
+    bar.finish_and_clear();
+    if let Some(path) = &args.svg {
+        draw_frontier(&result, path).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if args.json {
+        print_json(&to_json(&result));
+    } else {
+        print_table(&result);
+        if let Some(path) = &args.svg {
+            println!("frontier     {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn to_json(s: &Sweep) -> serde_json::Value {
+    json!({
+        "graph": s.graph,
+        "cost_unit": s.cost_unit,
+        "static_bytes": s.static_bytes,
+        "base_cost": s.base_cost,
+        "checkpoint_all_peak_bytes": s.checkpoint_all_peak,
+        "least_feasible_bytes": s.least_feasible_bytes,
+        "seconds": s.seconds,
+        "strategies": s.bounds.iter().map(|b| json!({
+            "name": b.strategy,
+            "least_feasible_bytes": b.least_feasible_bytes,
+        })).collect::<Vec<_>>(),
+        "budgets": s.budgets,
+        "points": s.points.iter().map(|p| json!({
+            "budget_bytes": p.budget_bytes,
+            "total_budget_bytes": p.budget_bytes + s.static_bytes,
+            "strategy": p.strategy,
+            "status": p.status.as_str(),
+            "cost": p.cost,
+            "overhead": p.overhead,
+            "peak_bytes": p.peak_bytes,
+            "seconds": p.seconds,
+            "error": p.error,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// One table cell: the overhead, or why there is none.
+fn cell(p: Option<&SweepPoint>) -> String {
+    match p {
+        None => "?".into(),
+        Some(p) => match (p.status, p.overhead) {
+            (PointStatus::Solved(_), Some(o)) => format!("{:+.1}%", 100.0 * o),
+            (PointStatus::Solved(st), None) => st.as_str().into(),
+            (PointStatus::Infeasible, _) => "-".into(),
+            (PointStatus::NotApplicable, _) => "n/a".into(),
+            (PointStatus::Failed, _) => "failed".into(),
+        },
+    }
+}
+
+fn print_table(s: &Sweep) {
+    println!(
+        "graph {}: checkpoint-all peak {}, static {}, sweeping {} budgets from {}",
+        s.graph,
+        format_bytes(s.checkpoint_all_peak),
+        format_bytes(s.static_bytes),
+        s.budgets.len(),
+        format_bytes(s.least_feasible_bytes)
+    );
+    println!("compute overhead vs one compute per node ('-': no plan within budget, n/a: not applicable)");
+    let names: Vec<&str> = s.bounds.iter().map(|b| b.strategy.as_str()).collect();
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(8).max(9);
+    let mut header = format!("{:>12} {:>6}", "budget", "%all");
+    for n in &names {
+        header.push_str(&format!(" {n:>width$}"));
+    }
+    println!("{header}");
+    for (b, &budget) in s.budgets.iter().enumerate() {
+        let mut row = format!(
+            "{:>12} {:>5.1}%",
+            format_bytes(budget),
+            100.0 * budget as f64 / s.checkpoint_all_peak.max(1) as f64
+        );
+        for n in &names {
+            row.push_str(&format!(" {:>width$}", cell(s.point(b, n))));
+        }
+        println!("{row}");
+    }
+    let mut least = format!("{:>19}", "least feasible");
+    for b in &s.bounds {
+        let v = b
+            .least_feasible_bytes
+            .map(format_bytes)
+            .unwrap_or_else(|| "?".into());
+        least.push_str(&format!(" {v:>width$}"));
+    }
+    println!("{least}");
+    println!(
+        "budgets are activation memory (add static memory for the total); {:.2} s",
+        s.seconds
+    );
+}
+
+/// Draws overhead (%) versus activation budget (GiB), one line per strategy with a plan somewhere.
+fn draw_frontier(s: &Sweep, path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+
+    const GIB: f64 = (1u64 << 30) as f64;
+    let series: Vec<(String, Vec<(f64, f64)>)> = s
+        .bounds
+        .iter()
+        .map(|b| {
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|p| p.strategy == b.strategy)
+                .filter_map(|p| p.overhead.map(|o| (p.budget_bytes as f64 / GIB, 100.0 * o)))
+                .collect();
+            (b.strategy.clone(), pts)
+        })
+        .filter(|(_, pts)| !pts.is_empty())
+        .collect();
+    let x_lo = s.budgets.first().copied().unwrap_or(0) as f64 / GIB;
+    let x_hi = s.budgets.last().copied().unwrap_or(0) as f64 / GIB;
+    let (x_lo, x_hi) = if x_hi > x_lo {
+        let pad = 0.03 * (x_hi - x_lo);
+        (x_lo - pad, x_hi + pad)
+    } else {
+        (x_lo * 0.9, x_lo * 1.1 + 1e-9)
+    };
+    let y_max = series
+        .iter()
+        .flat_map(|(_, pts)| pts.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    let y_hi = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
+    let draw_err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing the frontier: {e}");
+
+    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{}: compute overhead vs activation budget", s.graph),
+            ("sans-serif", 22),
+        )
+        .margin(20)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_lo..x_hi, 0.0..y_hi)
+        .map_err(|e| draw_err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("activation budget (GiB)")
+        .y_desc("compute overhead (%)")
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+    for (k, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(k).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| draw_err(&e))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| draw_err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+    root.present().map_err(|e| draw_err(&e))?;
+    Ok(())
+}
