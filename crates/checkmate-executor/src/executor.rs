@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use candle_core::{DType, Device, Tensor};
 use checkmate_graph::{simulate, Graph, Plan, Step};
 use checkmate_models::{
-    GradSource, Network, NodeRole, Op, TensorRef, TrainingConfig, TrainingGraph,
+    Activation, GradSource, Network, NodeRole, Op, TensorRef, TrainingConfig, TrainingGraph,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -498,6 +498,7 @@ impl Executor {
             (g_out, loss_grad)
         };
         let g_pre = match g_out {
+            Some(g) if act == Activation::Linear => Some(g),
             Some(g) => {
                 let y = y.ok_or_else(|| self.unsupported(l, "activation gradient needs output"))?;
                 Some(k::activation_backward(xs[0], y, &g, act, axis).ctx(ctx)?)
@@ -577,7 +578,7 @@ impl Executor {
             Op::ZeroPadding2d { padding } => outs[0] = Some(k::crop2d(&g, *padding).ctx(ctx)?),
             Op::Cropping2d { cropping } => outs[0] = Some(k::pad2d(&g, *cropping).ctx(ctx)?),
             Op::UpSampling2d { scale } => {
-                let (n, c, h, w) = layer_dims4(&layer.input_types[0].shape.dims().to_vec())
+                let (n, c, h, w) = layer_dims4(layer.input_types[0].shape.dims())
                     .ok_or_else(|| self.unsupported(l, "upsampling needs NCHW"))?;
                 let dx = g
                     .reshape((n, c, h, scale[0], w, scale[1]))
@@ -588,13 +589,12 @@ impl Executor {
             other => return Err(self.unsupported(l, format!("no {} gradient yet", other.kind()))),
         }
         grads_done[l] = true;
-        Ok(outs
-            .into_iter()
+        outs.into_iter()
             .enumerate()
             .filter(|(i, _)| need(*i))
             .map(|(_, t)| t)
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| self.unsupported(l, "an input gradient was not produced"))?)
+            .ok_or_else(|| self.unsupported(l, "an input gradient was not produced"))
     }
 }
 
