@@ -223,7 +223,7 @@ impl Strategy for LpRound {
             }
         }
         // Repair the roundings over budget, the ones closest to it first.
-        over.sort_by(|a, b| (a.peak, a.cost.to_bits()).cmp(&(b.peak, b.cost.to_bits())));
+        over.sort_by_key(|a| (a.peak, a.cost.to_bits()));
         over.dedup_by(|a, b| a.keeps == b.keeps);
         for cand in over.into_iter().take(4) {
             if Instant::now() >= deadline {

@@ -145,6 +145,7 @@ impl Model {
     /// Builds the model of `graph` under `budget` in the given formulation.
     ///
     /// `integer` makes `R`, `S` (and the paper's `FREE`) binary; otherwise the LP relaxation.
+    #[allow(clippy::needless_range_loop)] // (t, i) indexing mirrors the paper's notation
     pub(crate) fn build(
         graph: &Graph,
         budget: BudgetMode,

@@ -88,6 +88,7 @@ pub(crate) fn keeps_of_solution(model: &Model, x: &[f64]) -> Vec<FixedBitSet> {
 
 /// The model's column vector for `schedule`, or `None` when the schedule violates a fixing or
 /// the model's (conservative) memory count exceeds the budget.
+#[allow(clippy::needless_range_loop)] // (t, k) indexing mirrors the paper's notation
 pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> Option<Vec<f64>> {
     let n = model.n;
     let r = |t: usize, i: usize| schedule.computes(t).contains(i);
