@@ -138,9 +138,10 @@ pub fn run(args: &[String]) -> Result<()> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .filter(|p| {
-            a.only
-                .as_ref()
-                .is_none_or(|o| p.file_name().is_some_and(|f| f.to_string_lossy().contains(o)))
+            a.only.as_ref().is_none_or(|o| {
+                p.file_name()
+                    .is_some_and(|f| f.to_string_lossy().contains(o))
+            })
         })
         .collect();
     files.sort_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0));
@@ -174,7 +175,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut tables = String::new();
     for path in &files {
         let g = Graph::read(path).with_context(|| format!("reading {}", path.display()))?;
-        let stem = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
         eprintln!("{stem}: {} nodes", g.len());
         let all = CheckpointAll::peak_bytes(&g);
         let t0 = Instant::now();
@@ -221,15 +225,25 @@ pub fn run(args: &[String]) -> Result<()> {
                     formulation: Formulation::Paper,
                     ..options.clone()
                 };
-                rows.push(run_one(&g, "milp", budget, &paper, "milp --formulation paper")?);
+                rows.push(run_one(
+                    &g,
+                    "milp",
+                    budget,
+                    &paper,
+                    "milp --formulation paper",
+                )?);
             }
             let optimal = rows
                 .iter()
                 .filter(|r| r.strategy.starts_with("milp") && r.status == Status::Optimal.as_str())
                 .filter_map(|r| r.cost)
-                .fold(None, |acc: Option<f64>, c| Some(acc.map_or(c, |a| a.min(c))));
+                .fold(None, |acc: Option<f64>, c| {
+                    Some(acc.map_or(c, |a| a.min(c)))
+                });
             let fast = rows.iter().find(|r| r.strategy == "milp");
-            let paper = rows.iter().find(|r| r.strategy == "milp --formulation paper");
+            let paper = rows
+                .iter()
+                .find(|r| r.strategy == "milp --formulation paper");
             if let (Some(f), Some(p)) = (fast, paper) {
                 if f.status == "optimal" {
                     speedups.push(p.seconds / f.seconds.max(1e-3));
@@ -294,11 +308,22 @@ pub fn run(args: &[String]) -> Result<()> {
             let all = CheckpointAll::peak_bytes(&g);
             let lo = g.min_feasible_activation_bytes();
             let budget = lo + (all.saturating_sub(lo)) / 2;
-            let row = run_one(&g, "lp-round", budget, &SolveOptions { time_limit: None, ..options.clone() }, "lp-round")?;
+            let row = run_one(
+                &g,
+                "lp-round",
+                budget,
+                &SolveOptions {
+                    time_limit: None,
+                    ..options.clone()
+                },
+                "lp-round",
+            )?;
             writeln!(
                 tables,
                 "| {} | {} | {budget} | {} | {} | {:.2} |",
-                path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default(),
+                path.file_stem()
+                    .map(|s| s.to_string_lossy().to_string())
+                    .unwrap_or_default(),
                 g.len(),
                 row.status,
                 row.cost.map_or("-".into(), |c| format!("{c:.1}")),

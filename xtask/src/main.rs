@@ -1,5 +1,7 @@
 //! Project automation: `cargo xtask ci | bench | train | profile`.
 
+mod bench_solver;
+
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -8,7 +10,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
   ci                 cargo fmt --check, clippy -D warnings, cargo test --workspace (what CI runs)
-  bench [solver]     regenerate benchmark tables in docs/
+  bench [PART]       regenerate benchmark tables in docs/ (parts: simulator, solver [--time-limit SEC]
+                     [--only NAME] [--no-paper] [--random]; no part: simulator then solver)
   train [ARGS...]    train a model with a rematerialization plan (release build)
   profile [ARGS...]  measure per-node costs on this machine (release build)";
 
@@ -59,7 +62,17 @@ fn cargo() -> String {
 fn ci() -> Result<()> {
     let cargo = cargo();
     run(&cargo, &["fmt", "--all", "--check"])?;
-    run(&cargo, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    run(
+        &cargo,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     run(&cargo, &["test", "--workspace"])?;
     Ok(())
 }
@@ -67,18 +80,46 @@ fn ci() -> Result<()> {
 fn bench(rest: &[String]) -> Result<()> {
     let part = rest.first().map(String::as_str).unwrap_or("all");
     match part {
-        "all" | "graph" | "simulator" => {
-            run(&cargo(), &["bench", "-p", "checkmate-graph", "--bench", "simulator"])?;
+        "simulator" => run(
+            &cargo(),
+            &["bench", "-p", "checkmate-graph", "--bench", "simulator"],
+        ),
+        "solver" if cfg!(debug_assertions) => {
+            // Solver timings are only meaningful in an optimized build of our own crates.
+            let mut args = vec![
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "xtask",
+                "--",
+                "bench",
+                "solver",
+            ];
+            args.extend(rest[1..].iter().map(String::as_str));
+            run(&cargo(), &args)
         }
-        other => bail!("unknown bench part {other:?}; known: simulator"),
+        "solver" => bench_solver::run(&rest[1..]),
+        "all" => {
+            bench(&["simulator".to_string()])?;
+            bench(&["solver".to_string()])
+        }
+        other => bail!("unknown bench part {other:?}; known: simulator, solver"),
     }
-    Ok(())
 }
 
 /// `cargo xtask train|profile ...` runs the release `checkmate` binary with that subcommand.
 fn run_release_cli(sub: &str, rest: &[String]) -> Result<()> {
     let cargo = cargo();
-    let mut args = vec!["run", "--release", "--quiet", "-p", "checkmate-cli", "--", sub];
+    let mut args = vec![
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "checkmate-cli",
+        "--",
+        sub,
+    ];
     args.extend(rest.iter().map(String::as_str));
     run(&cargo, &args)
 }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use checkmate_graph::{Budget, Graph};
-use checkmate_models::{build_training_graph, Costs, ImageSize, ModelConfig, Optimizer, TrainingConfig};
+use checkmate_models::{
+    build_training_graph, Costs, ImageSize, ModelConfig, Optimizer, TrainingConfig,
+};
 use checkmate_solver::baselines::CheckpointAll;
 use clap::Args;
 
@@ -12,7 +14,12 @@ use clap::Args;
 #[derive(Debug, Clone, Args)]
 pub struct GraphArgs {
     /// Training graph file (checkmate-graph/1 or networkx node-link JSON).
-    #[arg(long, short = 'g', required_unless_present = "model", conflicts_with = "model")]
+    #[arg(
+        long,
+        short = 'g',
+        required_unless_present = "model",
+        conflicts_with = "model"
+    )]
     pub graph: Option<PathBuf>,
     #[command(flatten)]
     pub model: ModelArgs,
@@ -66,9 +73,9 @@ impl ModelArgs {
     /// The model configuration from the flags.
     pub fn model_config(&self) -> Result<ModelConfig> {
         let model = self.model.as_deref().unwrap_or("?");
-        let batch = self
-            .batch
-            .ok_or_else(|| anyhow::anyhow!("--model {model} needs --batch B (examples per batch)"))?;
+        let batch = self.batch.ok_or_else(|| {
+            anyhow::anyhow!("--model {model} needs --batch B (examples per batch)")
+        })?;
         anyhow::ensure!(batch > 0, "--batch must be at least 1");
         let mut config = ModelConfig::new(batch);
         if let Some(s) = &self.image_size {
@@ -135,9 +142,16 @@ pub fn resolve_budget(graph: &Graph, budget: Budget) -> Result<ResolvedBudget> {
     let checkpoint_all_peak = CheckpointAll::peak_bytes(graph);
     let total_bytes = budget.total_bytes(graph.static_bytes(), checkpoint_all_peak);
     let activation_bytes = total_bytes.checked_sub(graph.static_bytes()).ok_or(
-        checkmate_solver::Error::BelowStatic { total_bytes, static_bytes: graph.static_bytes() },
+        checkmate_solver::Error::BelowStatic {
+            total_bytes,
+            static_bytes: graph.static_bytes(),
+        },
     )?;
-    Ok(ResolvedBudget { total_bytes, activation_bytes, checkpoint_all_peak })
+    Ok(ResolvedBudget {
+        total_bytes,
+        activation_bytes,
+        checkpoint_all_peak,
+    })
 }
 
 /// Prints one JSON object on stdout as the last line.

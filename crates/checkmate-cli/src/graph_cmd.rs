@@ -25,11 +25,12 @@ pub struct GraphCmdArgs {
 
 /// Runs `checkmate graph`.
 pub fn run(args: GraphCmdArgs) -> Result<()> {
-    let name = args
-        .model
-        .model
-        .clone()
-        .ok_or_else(|| anyhow::anyhow!("give --model NAME (one of {})", checkmate_models::MODEL_NAMES.join(", ")))?;
+    let name = args.model.model.clone().ok_or_else(|| {
+        anyhow::anyhow!(
+            "give --model NAME (one of {})",
+            checkmate_models::MODEL_NAMES.join(", ")
+        )
+    })?;
     let graph = args.model.build(&name)?;
     graph
         .write(&args.output)
@@ -60,8 +61,15 @@ pub fn run(args: GraphCmdArgs) -> Result<()> {
             graph.edge_count()
         );
         println!("static       {}", format_bytes(graph.static_bytes()));
-        println!("activations  {} peak without rematerialization", format_bytes(peak));
-        println!("cost         {} {} per step", graph.total_cost(), graph.cost_unit());
+        println!(
+            "activations  {} peak without rematerialization",
+            format_bytes(peak)
+        );
+        println!(
+            "cost         {} {} per step",
+            graph.total_cost(),
+            graph.cost_unit()
+        );
     }
     Ok(())
 }

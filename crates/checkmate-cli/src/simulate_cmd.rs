@@ -33,11 +33,18 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     if file.graph != graph.name() {
         tracing::warn!(plan_graph = %file.graph, graph = %graph.name(), "the plan names another graph");
     }
-    let sim = simulate(&graph, &file.plan)
-        .with_context(|| format!("plan {} is not valid for graph {}", args.plan.display(), graph.name()))?;
+    let sim = simulate(&graph, &file.plan).with_context(|| {
+        format!(
+            "plan {} is not valid for graph {}",
+            args.plan.display(),
+            graph.name()
+        )
+    })?;
     let total_peak = sim.peak_bytes + graph.static_bytes();
     let within_budget = file.budget_bytes.map(|b| total_peak <= b);
-    let matches_prediction = file.predicted.map(|p| p.peak_bytes == sim.peak_bytes && p.cost == sim.cost);
+    let matches_prediction = file
+        .predicted
+        .map(|p| p.peak_bytes == sim.peak_bytes && p.cost == sim.cost);
     if args.json {
         let mut v = json!({
             "graph": graph.name(),
@@ -60,15 +67,41 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         print_json(&v);
     } else {
         println!("graph        {} ({} nodes)", graph.name(), graph.len());
-        println!("plan         {} ({} steps, {} computes, strategy {})", args.plan.display(), file.plan.steps.len(), sim.computes, file.strategy);
+        println!(
+            "plan         {} ({} steps, {} computes, strategy {})",
+            args.plan.display(),
+            file.plan.steps.len(),
+            sim.computes,
+            file.strategy
+        );
         println!("valid        yes");
-        println!("peak         {} activations, {} with static", format_bytes(sim.peak_bytes), format_bytes(total_peak));
-        println!("cost         {} {} ({:+.2}% vs no recomputation)", sim.cost, graph.cost_unit(), 100.0 * sim.overhead(&graph));
+        println!(
+            "peak         {} activations, {} with static",
+            format_bytes(sim.peak_bytes),
+            format_bytes(total_peak)
+        );
+        println!(
+            "cost         {} {} ({:+.2}% vs no recomputation)",
+            sim.cost,
+            graph.cost_unit(),
+            100.0 * sim.overhead(&graph)
+        );
         if let (Some(b), Some(ok)) = (file.budget_bytes, within_budget) {
-            println!("budget       {} total: {}", format_bytes(b), if ok { "within" } else { "EXCEEDED" });
+            println!(
+                "budget       {} total: {}",
+                format_bytes(b),
+                if ok { "within" } else { "EXCEEDED" }
+            );
         }
         if let Some(m) = matches_prediction {
-            println!("prediction   {}", if m { "matches" } else { "DIFFERS from the plan file's prediction" });
+            println!(
+                "prediction   {}",
+                if m {
+                    "matches"
+                } else {
+                    "DIFFERS from the plan file's prediction"
+                }
+            );
         }
         if args.timeline {
             for (k, b) in sim.live_after_step.iter().enumerate() {
@@ -77,7 +110,10 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         }
     }
     if within_budget == Some(false) {
-        anyhow::bail!("the plan's peak ({total_peak} bytes with static memory) exceeds its budget ({} bytes)", file.budget_bytes.unwrap_or(0));
+        anyhow::bail!(
+            "the plan's peak ({total_peak} bytes with static memory) exceeds its budget ({} bytes)",
+            file.budget_bytes.unwrap_or(0)
+        );
     }
     Ok(())
 }

@@ -90,9 +90,10 @@ pub fn run(args: SolveArgs) -> Result<()> {
         Err(e) => {
             if args.json {
                 let least = match &e {
-                    checkmate_solver::Error::BudgetTooSmall { least_feasible_bytes, .. } => {
-                        least_feasible_bytes.map(|l| l + graph.static_bytes())
-                    }
+                    checkmate_solver::Error::BudgetTooSmall {
+                        least_feasible_bytes,
+                        ..
+                    } => least_feasible_bytes.map(|l| l + graph.static_bytes()),
                     _ => None,
                 };
                 print_json(&json!({
@@ -113,7 +114,10 @@ pub fn run(args: SolveArgs) -> Result<()> {
             graph: graph.name().to_string(),
             strategy: solution.strategy.clone(),
             budget_bytes: Some(budget.total_bytes),
-            predicted: sim.map(|s| Prediction { peak_bytes: s.peak_bytes, cost: s.cost }),
+            predicted: sim.map(|s| Prediction {
+                peak_bytes: s.peak_bytes,
+                cost: s.cost,
+            }),
             plan: plan.clone(),
         };
         file.write(path, &graph)?;

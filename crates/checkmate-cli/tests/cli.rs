@@ -2,10 +2,16 @@
 
 use std::process::Command;
 
-const VGG16: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/graphs/checkmate/VGG16_256_224.json");
+const VGG16: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/graphs/checkmate/VGG16_256_224.json"
+);
 
 fn checkmate(args: &[&str]) -> (bool, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_checkmate")).args(args).output().expect("binary runs");
+    let out = Command::new(env!("CARGO_BIN_EXE_checkmate"))
+        .args(args)
+        .output()
+        .expect("binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let last = stdout.lines().last().unwrap_or("null");
@@ -20,11 +26,31 @@ fn solve_writes_a_plan_that_simulate_accepts_with_the_same_numbers() {
     let plan = dir.join("p.json");
     let plan_s = plan.to_str().unwrap();
     let (ok, solved, err) = checkmate(&[
-        "solve", "--graph", VGG16, "--strategy", "checkpoint-all", "--budget", "100%", "--json", "--plan-out", plan_s,
+        "solve",
+        "--graph",
+        VGG16,
+        "--strategy",
+        "checkpoint-all",
+        "--budget",
+        "100%",
+        "--json",
+        "--plan-out",
+        plan_s,
     ]);
     assert!(ok, "{err}");
-    for key in ["strategy", "status", "cost", "lower_bound", "peak_bytes", "budget_bytes", "solve_seconds"] {
-        assert!(solved.get(key).is_some(), "solve --json lacks {key}: {solved}");
+    for key in [
+        "strategy",
+        "status",
+        "cost",
+        "lower_bound",
+        "peak_bytes",
+        "budget_bytes",
+        "solve_seconds",
+    ] {
+        assert!(
+            solved.get(key).is_some(),
+            "solve --json lacks {key}: {solved}"
+        );
     }
     assert_eq!(solved["status"], "optimal");
     let (ok, sim, err) = checkmate(&["simulate", "--graph", VGG16, "--plan", plan_s, "--json"]);
@@ -39,10 +65,26 @@ fn solve_writes_a_plan_that_simulate_accepts_with_the_same_numbers() {
 
 #[test]
 fn too_small_budget_fails_naming_the_least_feasible_budget() {
-    let (_, full, _) = checkmate(&["solve", "--graph", VGG16, "--strategy", "checkpoint-all", "--budget", "100%", "--json"]);
+    let (_, full, _) = checkmate(&[
+        "solve",
+        "--graph",
+        VGG16,
+        "--strategy",
+        "checkpoint-all",
+        "--budget",
+        "100%",
+        "--json",
+    ]);
     let peak = full["peak_bytes"].as_u64().unwrap();
     let (ok, out, err) = checkmate(&[
-        "solve", "--graph", VGG16, "--strategy", "checkpoint-all", "--budget", &(peak - 1).to_string(), "--json",
+        "solve",
+        "--graph",
+        VGG16,
+        "--strategy",
+        "checkpoint-all",
+        "--budget",
+        &(peak - 1).to_string(),
+        "--json",
     ]);
     assert!(!ok);
     assert_eq!(out["status"], "infeasible");
@@ -53,10 +95,46 @@ fn too_small_budget_fails_naming_the_least_feasible_budget() {
 #[test]
 fn bad_input_gets_a_clear_error_and_no_panic() {
     let cases: &[(&[&str], &str)] = &[
-        (&["solve", "--graph", "/no/such/graph.json", "--budget", "1GiB", "--strategy", "checkpoint-all"], "/no/such/graph.json"),
-        (&["solve", "--graph", VGG16, "--budget", "12 parsecs", "--strategy", "checkpoint-all"], "cannot parse budget"),
-        (&["solve", "--graph", VGG16, "--budget", "50%", "--strategy", "magic"], "unknown strategy"),
-        (&["simulate", "--graph", VGG16, "--plan", "/no/such/plan.json"], "/no/such/plan.json"),
+        (
+            &[
+                "solve",
+                "--graph",
+                "/no/such/graph.json",
+                "--budget",
+                "1GiB",
+                "--strategy",
+                "checkpoint-all",
+            ],
+            "/no/such/graph.json",
+        ),
+        (
+            &[
+                "solve",
+                "--graph",
+                VGG16,
+                "--budget",
+                "12 parsecs",
+                "--strategy",
+                "checkpoint-all",
+            ],
+            "cannot parse budget",
+        ),
+        (
+            &[
+                "solve",
+                "--graph",
+                VGG16,
+                "--budget",
+                "50%",
+                "--strategy",
+                "magic",
+            ],
+            "unknown strategy",
+        ),
+        (
+            &["simulate", "--graph", VGG16, "--plan", "/no/such/plan.json"],
+            "/no/such/plan.json",
+        ),
     ];
     for (args, expected) in cases {
         let (ok, _, err) = checkmate(args);
@@ -70,12 +148,24 @@ fn bad_input_gets_a_clear_error_and_no_panic() {
 fn graph_exports_a_zoo_model_whose_forward_bytes_match_checkmate_vgg16() {
     let out = std::env::temp_dir().join(format!("checkmate-vgg16-{}.json", std::process::id()));
     let out_s = out.to_str().unwrap();
-    let (ok, summary, err) =
-        checkmate(&["graph", "--model", "vgg16", "--batch", "256", "--image-size", "224", "-o", out_s, "--json"]);
+    let (ok, summary, err) = checkmate(&[
+        "graph",
+        "--model",
+        "vgg16",
+        "--batch",
+        "256",
+        "--image-size",
+        "224",
+        "-o",
+        out_s,
+        "--json",
+    ]);
     assert!(ok, "{err}");
     assert_eq!(summary["nodes"], 45);
-    let ours: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(VGG16).unwrap()).unwrap();
+    let ours: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(VGG16).unwrap()).unwrap();
     let fwd_ours: Vec<u64> = ours["nodes"]
         .as_array()
         .unwrap()
@@ -92,7 +182,16 @@ fn graph_exports_a_zoo_model_whose_forward_bytes_match_checkmate_vgg16() {
         .collect();
     assert_eq!(fwd_ours, fwd_ref);
     // The exported file is a graph every other command reads.
-    let (ok, _, err) = checkmate(&["solve", "--graph", out_s, "--strategy", "checkpoint-all", "--budget", "100%", "--json"]);
+    let (ok, _, err) = checkmate(&[
+        "solve",
+        "--graph",
+        out_s,
+        "--strategy",
+        "checkpoint-all",
+        "--budget",
+        "100%",
+        "--json",
+    ]);
     assert!(ok, "{err}");
     std::fs::remove_file(&out).ok();
 }
@@ -100,14 +199,28 @@ fn graph_exports_a_zoo_model_whose_forward_bytes_match_checkmate_vgg16() {
 #[test]
 fn model_is_accepted_wherever_graph_is() {
     let (ok, solved, err) = checkmate(&[
-        "solve", "--model", "mlp", "--batch", "8", "--strategy", "checkpoint-all", "--budget", "100%", "--json",
+        "solve",
+        "--model",
+        "mlp",
+        "--batch",
+        "8",
+        "--strategy",
+        "checkpoint-all",
+        "--budget",
+        "100%",
+        "--json",
     ]);
     assert!(ok, "{err}");
     assert_eq!(solved["status"], "optimal");
     let (ok, _, err) = checkmate(&["solve", "--model", "vgg16", "--budget", "50%"]);
     assert!(!ok);
     assert!(err.contains("--batch"), "{err}");
-    let (ok, _, err) = checkmate(&["solve", "--model", "alexnet", "--batch", "2", "--budget", "50%"]);
+    let (ok, _, err) = checkmate(&[
+        "solve", "--model", "alexnet", "--batch", "2", "--budget", "50%",
+    ]);
     assert!(!ok);
-    assert!(err.contains("unknown model") && err.contains("vgg16"), "{err}");
+    assert!(
+        err.contains("unknown model") && err.contains("vgg16"),
+        "{err}"
+    );
 }

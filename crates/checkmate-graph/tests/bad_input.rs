@@ -3,11 +3,15 @@
 use checkmate_graph::{Graph, PlanFile};
 
 fn err(json: &str) -> String {
-    Graph::from_json_str(json, "test.json").unwrap_err().to_string()
+    Graph::from_json_str(json, "test.json")
+        .unwrap_err()
+        .to_string()
 }
 
 fn native(nodes: &str) -> String {
-    format!(r#"{{"format": "checkmate-graph/1", "name": "t", "cost_unit": "us", "static_bytes": 0, "nodes": [{nodes}]}}"#)
+    format!(
+        r#"{{"format": "checkmate-graph/1", "name": "t", "cost_unit": "us", "static_bytes": 0, "nodes": [{nodes}]}}"#
+    )
 }
 
 const A: &str = r#"{"id": 0, "name": "a", "kind": "forward", "cost": 1, "bytes": 8, "deps": []}"#;
@@ -15,14 +19,22 @@ const A: &str = r#"{"id": 0, "name": "a", "kind": "forward", "cost": 1, "bytes":
 /// (case, graph JSON, fragments the message must contain)
 fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
     vec![
-        ("malformed json", "{\"format\": ".into(), vec!["test.json", "malformed JSON"]),
+        (
+            "malformed json",
+            "{\"format\": ".into(),
+            vec!["test.json", "malformed JSON"],
+        ),
         ("not an object", "[1, 2]".into(), vec!["JSON object"]),
         (
             "unknown format",
             r#"{"format": "checkmate-graph/9", "nodes": []}"#.into(),
             vec!["checkmate-graph/9", "checkmate-graph/1"],
         ),
-        ("no format, no links", r#"{"nodes": []}"#.into(), vec!["unknown", "node-link"]),
+        (
+            "no format, no links",
+            r#"{"nodes": []}"#.into(),
+            vec!["unknown", "node-link"],
+        ),
         (
             "cycle",
             native(
@@ -34,7 +46,9 @@ fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
         ),
         (
             "self loop",
-            native(r#"{"id": 5, "name": "s", "kind": "forward", "cost": 1, "bytes": 8, "deps": [5]}"#),
+            native(
+                r#"{"id": 5, "name": "s", "kind": "forward", "cost": 1, "bytes": 8, "deps": [5]}"#,
+            ),
             vec!["cycle", "5 (s)"],
         ),
         (
@@ -53,17 +67,23 @@ fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
         ),
         (
             "negative cost",
-            native(r#"{"id": 3, "name": "neg", "kind": "forward", "cost": -1, "bytes": 8, "deps": []}"#),
+            native(
+                r#"{"id": 3, "name": "neg", "kind": "forward", "cost": -1, "bytes": 8, "deps": []}"#,
+            ),
             vec!["node 3 (neg)", "cost", "-1", "non-negative"],
         ),
         (
             "non-finite cost",
-            native(r#"{"id": 3, "name": "big", "kind": "forward", "cost": 1e999, "bytes": 8, "deps": []}"#),
+            native(
+                r#"{"id": 3, "name": "big", "kind": "forward", "cost": 1e999, "bytes": 8, "deps": []}"#,
+            ),
             vec!["malformed JSON"],
         ),
         (
             "string cost",
-            native(r#"{"id": 3, "name": "str", "kind": "forward", "cost": "fast", "bytes": 8, "deps": []}"#),
+            native(
+                r#"{"id": 3, "name": "str", "kind": "forward", "cost": "fast", "bytes": 8, "deps": []}"#,
+            ),
             vec!["node 3 (str)", "cost", "finite"],
         ),
         (
@@ -78,12 +98,16 @@ fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
         ),
         (
             "fractional bytes",
-            native(r#"{"id": 3, "name": "frac", "kind": "forward", "cost": 1, "bytes": 8.5, "deps": []}"#),
+            native(
+                r#"{"id": 3, "name": "frac", "kind": "forward", "cost": 1, "bytes": 8.5, "deps": []}"#,
+            ),
             vec!["node 3 (frac)", "bytes", "8.5", "integer"],
         ),
         (
             "bad kind",
-            native(r#"{"id": 3, "name": "k", "kind": "sideways", "cost": 1, "bytes": 8, "deps": []}"#),
+            native(
+                r#"{"id": 3, "name": "k", "kind": "sideways", "cost": 1, "bytes": 8, "deps": []}"#,
+            ),
             vec!["node 3 (k)", "kind", "sideways", "forward"],
         ),
         ("no nodes", native(""), vec!["nodes", "at least one node"]),
@@ -94,7 +118,8 @@ fn cases() -> Vec<(&'static str, String, Vec<&'static str>)> {
         ),
         (
             "networkx missing cost_ram",
-            r#"{"nodes": [{"id": 0, "name": "x", "backward": false, "cost_cpu": 1}], "links": []}"#.into(),
+            r#"{"nodes": [{"id": 0, "name": "x", "backward": false, "cost_cpu": 1}], "links": []}"#
+                .into(),
             vec!["node 0 (x)", "cost_ram"],
         ),
         (
@@ -124,7 +149,9 @@ fn every_bad_graph_gets_a_message_naming_the_problem() {
 
 #[test]
 fn missing_file_names_the_path() {
-    let msg = Graph::read("/nonexistent/dir/g.json").unwrap_err().to_string();
+    let msg = Graph::read("/nonexistent/dir/g.json")
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("/nonexistent/dir/g.json"), "{msg}");
 }
 
@@ -142,11 +169,17 @@ fn tiny() -> Graph {
 fn bad_plans_name_the_step_and_node() {
     let g = tiny();
     let plan = |steps: &str| {
-        format!(r#"{{"format": "checkmate-plan/1", "graph": "t", "strategy": "x", "budget_bytes": null, "steps": [{steps}]}}"#)
+        format!(
+            r#"{{"format": "checkmate-plan/1", "graph": "t", "strategy": "x", "budget_bytes": null, "steps": [{steps}]}}"#
+        )
     };
-    let e = PlanFile::from_json_str(&plan(r#"{"compute": 42}"#), &g, "p.json").unwrap_err().to_string();
+    let e = PlanFile::from_json_str(&plan(r#"{"compute": 42}"#), &g, "p.json")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("step 0") && e.contains("42"), "{e}");
-    let e = PlanFile::from_json_str(&plan(r#"{"compute": 0}, {"jump": 1}"#), &g, "p.json").unwrap_err().to_string();
+    let e = PlanFile::from_json_str(&plan(r#"{"compute": 0}, {"jump": 1}"#), &g, "p.json")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("steps[1]") && e.contains("compute"), "{e}");
     let e = PlanFile::from_json_str(
         r#"{"format": "checkmate-plan/2", "graph": "t", "strategy": "x", "steps": []}"#,

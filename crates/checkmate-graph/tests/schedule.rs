@@ -11,7 +11,14 @@ fn dag() -> impl Strategy<Value = Graph> {
         .prop_flat_map(|n| {
             (
                 Just(n),
-                proptest::collection::vec((1u64..100, 0.0f64..10.0, proptest::collection::vec(any::<u16>(), 0..3)), n),
+                proptest::collection::vec(
+                    (
+                        1u64..100,
+                        0.0f64..10.0,
+                        proptest::collection::vec(any::<u16>(), 0..3),
+                    ),
+                    n,
+                ),
             )
         })
         .prop_map(|(n, raw)| {
@@ -104,18 +111,27 @@ fn validate_rejects_broken_schedules() {
         s.set_compute(t, t, true);
     }
     let e = s.validate(&g).unwrap_err().to_string();
-    assert!(e.contains("stage 1 computes 1 (n1) but its input 0 (n0) is neither kept nor computed"), "{e}");
+    assert!(
+        e.contains("stage 1 computes 1 (n1) but its input 0 (n0) is neither kept nor computed"),
+        "{e}"
+    );
     s.set_keep(1, 0, true);
     s.set_keep(2, 1, true);
     s.validate(&g).unwrap();
     assert_eq!(s.to_plan(&g).compute_count(), 3);
     s.set_compute(1, 2, true);
     let e = s.validate(&g).unwrap_err().to_string();
-    assert!(e.contains("stage 1 computes 2 (n2), which is after it"), "{e}");
+    assert!(
+        e.contains("stage 1 computes 2 (n2), which is after it"),
+        "{e}"
+    );
     s.set_compute(1, 2, false);
     s.set_keep(1, 1, true);
     let e = s.validate(&g).unwrap_err().to_string();
-    assert!(e.contains("stage 1 keeps 1 (n1), which is not before it"), "{e}");
+    assert!(
+        e.contains("stage 1 keeps 1 (n1), which is not before it"),
+        "{e}"
+    );
     // Keeping into stage 2 a tensor that stage 1 neither computed nor kept.
     let mut s = Schedule::empty(3);
     for t in 0..3 {
@@ -136,5 +152,8 @@ fn validate_rejects_broken_schedules() {
     }
     t.set_keep(2, 0, true);
     let e = t.validate(&g2).unwrap_err().to_string();
-    assert!(e.contains("stage 2 keeps 0 (n0), which stage 1 neither computed nor kept"), "{e}");
+    assert!(
+        e.contains("stage 2 keeps 0 (n0), which stage 1 neither computed nor kept"),
+        "{e}"
+    );
 }

@@ -33,13 +33,27 @@ use Step::{Compute as C, Free as F};
 #[test]
 fn peak_counts_inputs_output_and_workspace_at_each_compute() {
     let g = graph();
-    let plan = Plan::new(vec![C(0), C(1), C(2), C(3), F(1), F(2), C(4), F(0), F(3), F(4)]);
+    let plan = Plan::new(vec![
+        C(0),
+        C(1),
+        C(2),
+        C(3),
+        F(1),
+        F(2),
+        C(4),
+        F(0),
+        F(3),
+        F(4),
+    ]);
     let s = simulate(&g, &plan).unwrap();
     // After computing 3: 100 + 200 + 4 + 200 = 504; computing 1 with workspace: 300 + 50.
     assert_eq!(s.peak_bytes, 504);
     assert_eq!(s.peak_step, 3);
     assert_eq!(s.cost, 1.0 + 2.0 + 3.0 + 4.0 + 5.0);
-    assert_eq!(s.live_after_step, vec![100, 300, 304, 504, 304, 300, 400, 300, 100, 0]);
+    assert_eq!(
+        s.live_after_step,
+        vec![100, 300, 304, 504, 304, 300, 400, 300, 100, 0]
+    );
     assert_eq!(s.computes, 5);
 }
 
@@ -68,14 +82,22 @@ fn every_rule_violation_is_reported_with_step_and_node() {
     let g = graph();
     let cases: Vec<(Vec<Step>, &str)> = vec![
         (vec![C(1)], "step 0: compute 11 (v11) needs input 10 (v10)"),
-        (vec![C(0), C(0)], "step 1: compute 10 (v10), which is already live"),
+        (
+            vec![C(0), C(0)],
+            "step 1: compute 10 (v10), which is already live",
+        ),
         (vec![F(0)], "step 0: free 10 (v10), which is not live"),
         (vec![C(0), F(0), F(0)], "step 2: free 10 (v10)"),
-        (vec![C(0), C(1), C(2), C(3)], "node 14 (v14) is never computed"),
+        (
+            vec![C(0), C(1), C(2), C(3)],
+            "node 14 (v14) is never computed",
+        ),
         (vec![C(9)], "node index 9 is out of range"),
     ];
     for (steps, expected) in cases {
-        let e = simulate(&g, &Plan::new(steps.clone())).unwrap_err().to_string();
+        let e = simulate(&g, &Plan::new(steps.clone()))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(expected), "{steps:?}: {e:?} lacks {expected:?}");
     }
 }
