@@ -1,6 +1,7 @@
 //! The plan interpreter: one register per training-graph node, measured memory after every step.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 use checkmate_graph::{simulate, Graph, Plan, Step};
@@ -38,6 +39,9 @@ pub struct StepReport {
     pub predicted_peak: u64,
     /// Compute steps run.
     pub computes: usize,
+    /// Wall-clock seconds of every plan step (the kernel of a `compute`, ~0 for a `free`); on an
+    /// asynchronous device the device is synchronized after each step first.
+    pub step_seconds: Vec<f64>,
 }
 
 /// Runs plans of a network's training graph on candle tensors.
@@ -247,8 +251,11 @@ impl Executor {
         }
         let mut live: u64 = 0;
         let mut measured_live = Vec::with_capacity(plan.steps.len());
+        let mut step_seconds = Vec::with_capacity(plan.steps.len());
         let mut loss = f64::NAN;
+        let sync = !self.device.is_cpu();
         for (step, &s) in plan.steps.iter().enumerate() {
+            let started = Instant::now();
             match s {
                 Step::Compute(v) => {
                     let outs = self.compute(v, step, &regs, batch, &mut grads_done)?;
@@ -288,6 +295,10 @@ impl Executor {
                     }
                 }
             }
+            if sync {
+                self.device.synchronize().ctx(|| "synchronizing the device".into())?;
+            }
+            step_seconds.push(started.elapsed().as_secs_f64());
             let predicted = sim.live_after_step[step];
             if self.check_memory && live != predicted {
                 let (Step::Compute(v) | Step::Free(v)) = s;
@@ -314,6 +325,7 @@ impl Executor {
             measured_peak,
             predicted_peak: sim.peak_bytes,
             computes: sim.computes,
+            step_seconds,
         })
     }
 
