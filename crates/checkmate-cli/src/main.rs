@@ -1,10 +1,13 @@
-//! `checkmate`: schedule, simulate and sweep tensor-rematerialization plans.
+//! `checkmate`: schedule, simulate, sweep, profile and train with tensor-rematerialization plans.
 
 mod common;
 mod graph_cmd;
+mod max_batch_cmd;
+mod profile_cmd;
 mod simulate_cmd;
 mod solve_cmd;
 mod sweep_cmd;
+mod train_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +29,12 @@ enum Command {
     Simulate(simulate_cmd::SimulateArgs),
     /// Cost/memory frontier of every strategy at evenly spaced budgets.
     Sweep(sweep_cmd::SweepArgs),
+    /// Train a zoo model step by step with a rematerialization plan, measuring memory and time.
+    Train(train_cmd::TrainArgs),
+    /// Largest batch that trains within a memory size, per strategy, confirmed by a real step.
+    MaxBatch(max_batch_cmd::MaxBatchArgs),
+    /// Measure every node's cost on a device and write a checkmate-costs/1 table.
+    Profile(profile_cmd::ProfileArgs),
 }
 
 fn main() {
@@ -42,6 +51,9 @@ fn main() {
         Command::Solve(args) => solve_cmd::run(args),
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Sweep(args) => sweep_cmd::run(args),
+        Command::Train(args) => train_cmd::run(args),
+        Command::MaxBatch(args) => max_batch_cmd::run(args),
+        Command::Profile(args) => profile_cmd::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
