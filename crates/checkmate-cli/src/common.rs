@@ -1,6 +1,7 @@
 //! Arguments and helpers shared by the subcommands.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use checkmate_graph::{Budget, Graph};
@@ -8,7 +9,8 @@ use checkmate_models::{
     build_training_graph, Costs, ImageSize, ModelConfig, Optimizer, TrainingConfig,
 };
 use checkmate_solver::baselines::CheckpointAll;
-use clap::Args;
+use checkmate_solver::{Formulation, SolveOptions};
+use clap::{Args, ValueEnum};
 
 /// Where the training graph comes from: a file, or a zoo model built on the fly.
 #[derive(Debug, Clone, Args)]
@@ -157,4 +159,55 @@ pub fn resolve_budget(graph: &Graph, budget: Budget) -> Result<ResolvedBudget> {
 /// Prints one JSON object on stdout as the last line.
 pub fn print_json(value: &serde_json::Value) {
     println!("{value}");
+}
+
+/// How the MILP and LP strategies solve (shared by solve, train and max-batch).
+#[derive(Debug, Clone, Args)]
+pub struct SolverArgs {
+    /// Time limit for MILP/LP solves, in seconds.
+    #[arg(long)]
+    pub time_limit: Option<f64>,
+    /// Relative MIP gap at which the MILP stops.
+    #[arg(long, default_value_t = 1e-4)]
+    pub mip_gap: f64,
+    /// Solver threads.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// MILP formulation.
+    #[arg(long, value_enum, default_value_t = FormulationArg::Fast)]
+    pub formulation: FormulationArg,
+    /// Do not warm-start the MILP with the best heuristic plan.
+    #[arg(long)]
+    pub no_warm_start: bool,
+}
+
+/// `--formulation` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FormulationArg {
+    /// Our tightened formulation.
+    Fast,
+    /// The paper's formulation.
+    Paper,
+}
+
+impl SolverArgs {
+    /// Solver options from the flags, with `seed` for randomized rounding.
+    pub fn options(&self, seed: u64) -> Result<SolveOptions> {
+        let time_limit = match self.time_limit {
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => anyhow::bail!("--time-limit {s}: give a positive number of seconds"),
+            None => None,
+        };
+        Ok(SolveOptions {
+            time_limit,
+            mip_gap: self.mip_gap,
+            threads: self.threads.max(1),
+            formulation: match self.formulation {
+                FormulationArg::Fast => Formulation::Fast,
+                FormulationArg::Paper => Formulation::Paper,
+            },
+            warm_start: !self.no_warm_start,
+            seed,
+        })
+    }
 }

@@ -2,6 +2,7 @@
 
 mod common;
 mod graph_cmd;
+mod heap;
 mod max_batch_cmd;
 mod profile_cmd;
 mod simulate_cmd;
@@ -10,6 +11,10 @@ mod sweep_cmd;
 mod train_cmd;
 
 use clap::{Parser, Subcommand};
+
+/// Counts heap bytes so `train` and `max-batch` can report the process's real peak.
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;
 
 /// Tensor rematerialization: train with less memory by recomputing activations.
 #[derive(Debug, Parser)]

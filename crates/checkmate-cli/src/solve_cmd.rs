@@ -1,15 +1,14 @@
 //! `checkmate solve`.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Result;
 use checkmate_graph::{format_bytes, Budget, PlanFile, Prediction};
-use checkmate_solver::{solve, strategy_by_name, Formulation, SolveOptions};
-use clap::{Args, ValueEnum};
+use checkmate_solver::{solve, strategy_by_name};
+use clap::Args;
 use serde_json::json;
 
-use crate::common::{print_json, resolve_budget, GraphArgs};
+use crate::common::{print_json, resolve_budget, GraphArgs, SolverArgs};
 
 /// Arguments of `checkmate solve`.
 #[derive(Debug, Args)]
@@ -22,21 +21,8 @@ pub struct SolveArgs {
     /// Strategy name (checkpoint-all, checkpoint-last, chen-sqrtn, chen-greedy, ap-sqrtn, ap-greedy, griewank, lp-round, milp).
     #[arg(long, short = 's', default_value = "milp")]
     pub strategy: String,
-    /// Time limit for MILP/LP solves, in seconds.
-    #[arg(long)]
-    pub time_limit: Option<f64>,
-    /// Relative MIP gap at which the MILP stops.
-    #[arg(long, default_value_t = 1e-4)]
-    pub mip_gap: f64,
-    /// Solver threads.
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
-    /// MILP formulation.
-    #[arg(long, value_enum, default_value_t = FormulationArg::Fast)]
-    pub formulation: FormulationArg,
-    /// Do not warm-start the MILP with the best heuristic plan.
-    #[arg(long)]
-    pub no_warm_start: bool,
+    #[command(flatten)]
+    pub solver: SolverArgs,
     /// Seed for randomized rounding.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -48,42 +34,11 @@ pub struct SolveArgs {
     pub json: bool,
 }
 
-/// `--formulation` values.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum FormulationArg {
-    /// Our tightened formulation.
-    Fast,
-    /// The paper's formulation.
-    Paper,
-}
-
-impl SolveArgs {
-    /// Solver options from the flags.
-    pub fn options(&self) -> Result<SolveOptions> {
-        let time_limit = match self.time_limit {
-            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-            Some(s) => anyhow::bail!("--time-limit {s}: give a positive number of seconds"),
-            None => None,
-        };
-        Ok(SolveOptions {
-            time_limit,
-            mip_gap: self.mip_gap,
-            threads: self.threads.max(1),
-            formulation: match self.formulation {
-                FormulationArg::Fast => Formulation::Fast,
-                FormulationArg::Paper => Formulation::Paper,
-            },
-            warm_start: !self.no_warm_start,
-            seed: self.seed,
-        })
-    }
-}
-
 /// Runs `checkmate solve`.
 pub fn run(args: SolveArgs) -> Result<()> {
     let graph = args.graph.load()?;
     let strategy = strategy_by_name(&args.strategy)?;
-    let options = args.options()?;
+    let options = args.solver.options(args.seed)?;
     let budget = resolve_budget(&graph, args.budget)?;
     let solution = match solve(&graph, strategy.as_ref(), budget.activation_bytes, &options) {
         Ok(s) => s,

@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use checkmate_graph::format_bytes;
 use checkmate_solver::sweep::{sweep, PointStatus, Sweep, SweepOptions, SweepPoint};
-use checkmate_solver::{strategy_by_name, SolveOptions, Strategy, STRATEGY_NAMES};
+use checkmate_solver::{strategy_by_name, Strategy, STRATEGY_NAMES};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
-use crate::common::{print_json, GraphArgs};
+use crate::common::{print_json, GraphArgs, SolverArgs};
 
 /// Arguments of `checkmate sweep`.
 #[derive(Debug, Args)]
@@ -25,9 +25,8 @@ pub struct SweepArgs {
     /// Number of budgets from the least feasible budget to the checkpoint-all peak.
     #[arg(long, short = 'n', default_value_t = 10)]
     pub points: usize,
-    /// Time limit per MILP/LP solve, in seconds.
-    #[arg(long)]
-    pub time_limit: Option<f64>,
+    #[command(flatten)]
+    pub solver: SolverArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -65,17 +64,9 @@ impl SweepArgs {
 
     fn options(&self) -> Result<SweepOptions> {
         anyhow::ensure!(self.points >= 1, "--points must be at least 1");
-        let time_limit = match self.time_limit {
-            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-            Some(s) => anyhow::bail!("--time-limit {s}: give a positive number of seconds"),
-            None => None,
-        };
         Ok(SweepOptions {
             points: self.points,
-            solve: SolveOptions {
-                time_limit,
-                ..SolveOptions::default()
-            },
+            solve: self.solver.options(0)?,
         })
     }
 }

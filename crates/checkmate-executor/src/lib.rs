@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod data;
+pub mod dataset;
 mod error;
 mod executor;
 pub mod kernels;
@@ -49,6 +50,7 @@ pub mod optim;
 
 pub use checkmate_graph::Plan;
 pub use data::SyntheticData;
+pub use dataset::{ArrayData, BatchSource, Dataset, Npy};
 pub use error::{Error, Result};
 pub use executor::{Batch, Executor, StepReport};
 pub use optim::{Optimizer, OptimizerKind};
@@ -58,7 +60,7 @@ pub use optim::{Optimizer, OptimizerKind};
 pub fn train(
     exec: &mut Executor,
     plan: &Plan,
-    data: &SyntheticData,
+    data: &dyn BatchSource,
     optimizer: &mut Optimizer,
     steps: u64,
 ) -> Result<Vec<StepReport>> {
@@ -71,4 +73,32 @@ pub fn train(
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// A 64-bit FNV-1a hash of every parameter's bytes (layer order, then parameter order), to compare
+/// the weights of two runs: equal training gives equal checksums.
+pub fn params_checksum(exec: &Executor) -> Result<u64> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in exec.params().iter().flatten() {
+        let bytes: Vec<u8> = match t.dtype() {
+            candle_core::DType::F64 => t
+                .flatten_all()
+                .and_then(|t| t.to_vec1::<f64>())
+                .map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            _ => t
+                .flatten_all()
+                .and_then(|t| t.to_dtype(candle_core::DType::F32))
+                .and_then(|t| t.to_vec1::<f32>())
+                .map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        }
+        .map_err(|source| Error::Tensor {
+            context: "params checksum".into(),
+            source,
+        })?;
+        for b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    Ok(h)
 }
