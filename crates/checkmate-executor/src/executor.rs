@@ -57,6 +57,8 @@ pub struct Executor {
     params: Vec<Vec<Tensor>>,
     grads: Vec<Vec<Option<Tensor>>>,
     check_memory: bool,
+    seed: u64,
+    steps_run: u64,
 }
 
 impl Executor {
@@ -110,6 +112,8 @@ impl Executor {
             params,
             grads,
             check_memory: true,
+            seed,
+            steps_run: 0,
         })
     }
 
@@ -117,6 +121,12 @@ impl Executor {
     /// simulator's (default `true`); when off, both series are still reported.
     pub fn set_check_memory(&mut self, on: bool) {
         self.check_memory = on;
+    }
+
+    /// Training steps run so far (successful [`Executor::run_plan`] calls): with the seed, it picks
+    /// the dropout masks of the next step.
+    pub fn steps_run(&self) -> u64 {
+        self.steps_run
     }
 
     /// The training graph plans refer to.
@@ -174,25 +184,49 @@ impl Executor {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let shape = self.net.input().shape.dims().to_vec();
         let count: usize = shape.iter().product();
-        let v: Vec<f64> = (0..count)
-            .map(|_| {
-                let u: f64 = rng.gen_range(-1.0..1.0);
-                let w: f64 = rng.gen_range(-1.0..1.0);
-                u + w
-            })
-            .collect();
+        let input = if let Some(vocab) = self.input_vocab() {
+            let ids: Vec<u32> = (0..count).map(|_| rng.gen_range(0..vocab as u32)).collect();
+            Tensor::from_vec(ids, shape, &self.device)
+        } else {
+            let v: Vec<f64> = (0..count)
+                .map(|_| {
+                    let u: f64 = rng.gen_range(-1.0..1.0);
+                    let w: f64 = rng.gen_range(-1.0..1.0);
+                    u + w
+                })
+                .collect();
+            Tensor::from_vec(v, shape, &self.device).and_then(|t| t.to_dtype(self.dtype))
+        };
         let classes = self.classes()?;
         let label_dims = self.net.loss().labels.shape.dims().to_vec();
         let labels: Vec<u32> = (0..label_dims.iter().product::<usize>())
             .map(|i| (i % classes) as u32)
             .collect();
         Ok(Batch {
-            input: Tensor::from_vec(v, shape, &self.device)
-                .and_then(|t| t.to_dtype(self.dtype))
-                .ctx(|| "random batch".into())?,
+            input: input.ctx(|| "random batch".into())?,
             labels: Tensor::from_vec(labels, label_dims, &self.device)
                 .ctx(|| "random labels".into())?,
         })
+    }
+
+    /// The vocabulary of the embedding reading the input, when the input is `u32` token ids.
+    pub fn input_vocab(&self) -> Option<usize> {
+        if self.net.input().dtype != checkmate_models::DType::U32 {
+            return None;
+        }
+        self.net.layers().iter().find_map(|l| match l.op {
+            Op::Embedding { vocab, .. } if l.inputs.contains(&TensorRef::Input) => Some(vocab),
+            _ => None,
+        })
+    }
+
+    /// The candle dtype of the network input: `U32` for token ids, else the executor's dtype.
+    pub fn input_dtype(&self) -> DType {
+        if self.net.input().dtype == checkmate_models::DType::U32 {
+            DType::U32
+        } else {
+            self.dtype
+        }
     }
 
     /// Number of classes of the loss.
@@ -204,12 +238,12 @@ impl Executor {
     /// Checks a batch against the network's input and label shapes.
     pub fn check_batch(&self, batch: &Batch) -> Result<()> {
         let want = self.net.input().shape.dims();
-        if batch.input.dims() != want || batch.input.dtype() != self.dtype {
+        if batch.input.dims() != want || batch.input.dtype() != self.input_dtype() {
             return Err(Error::Batch(format!(
                 "input is {:?} {:?}, the network takes {want:?} {:?}",
                 batch.input.dims(),
                 batch.input.dtype(),
-                self.dtype
+                self.input_dtype()
             )));
         }
         let want = self.net.loss().labels.shape.dims();
@@ -238,6 +272,8 @@ impl Executor {
             *g = None;
         }
         let mut grads_done = vec![false; self.net.layers().len()];
+        // Batch-norm running statistics of this step, from the first compute of each layer.
+        let mut running: Vec<Option<(Tensor, Tensor)>> = vec![None; self.net.layers().len()];
         // Storages the registers hold: key -> (registers holding it, bytes).
         let mut held: HashMap<usize, (usize, u64)> = HashMap::new();
         let mut static_keys = HashSet::new();
@@ -258,7 +294,8 @@ impl Executor {
             let started = Instant::now();
             match s {
                 Step::Compute(v) => {
-                    let outs = self.compute(v, step, &regs, batch, &mut grads_done)?;
+                    let outs =
+                        self.compute(v, step, &regs, batch, &mut grads_done, &mut running)?;
                     let mut taken: HashSet<usize> = static_keys.clone();
                     taken.extend(held.keys().copied());
                     let mut kept = Vec::with_capacity(outs.len());
@@ -296,7 +333,9 @@ impl Executor {
                 }
             }
             if sync {
-                self.device.synchronize().ctx(|| "synchronizing the device".into())?;
+                self.device
+                    .synchronize()
+                    .ctx(|| "synchronizing the device".into())?;
             }
             step_seconds.push(started.elapsed().as_secs_f64());
             let predicted = sim.live_after_step[step];
@@ -311,6 +350,14 @@ impl Executor {
             }
             measured_live.push(live);
         }
+        // Side effects once per step: running statistics, then the step counter (dropout seeds).
+        for (l, stats) in running.into_iter().enumerate() {
+            if let Some((mean, var)) = stats {
+                self.params[l][2] = mean;
+                self.params[l][3] = var;
+            }
+        }
+        self.steps_run += 1;
         let measured_peak = measured_live.iter().copied().max().unwrap_or(0);
         tracing::debug!(
             loss,
@@ -377,6 +424,7 @@ impl Executor {
         regs: &[Option<Vec<Tensor>>],
         batch: &Batch,
         grads_done: &mut [bool],
+        running: &mut [Option<(Tensor, Tensor)>],
     ) -> Result<Vec<Tensor>> {
         let label = || self.tg.graph.label(v);
         match self.tg.role(v) {
@@ -386,32 +434,62 @@ impl Executor {
                 for &t in &layer.inputs {
                     xs.push(self.tensor(t, regs, batch, step, v)?);
                 }
-                let y = self.forward(l, &xs)?;
+                let (y, stats) = self.forward(l, &xs)?;
+                if running[l].is_none() {
+                    running[l] = stats;
+                }
                 Ok(vec![y])
             }
             NodeRole::Loss => {
                 let loss = self.net.loss();
                 let pred = self.reg(regs, self.tg.forward_node(loss.input), 0, step, v)?;
-                if loss.class_axis != 1 || pred.rank() != 2 {
-                    return Err(self.unsupported(
-                        loss.input,
-                        "the loss supports [N, C] predictions only so far",
-                    ));
-                }
-                let out = k::cross_entropy(pred, &batch.labels, loss.from_logits).ctx(label)?;
+                let out =
+                    k::cross_entropy_nd(pred, &batch.labels, loss.class_axis, loss.from_logits)
+                        .ctx(label)?;
                 Ok(vec![out])
             }
             NodeRole::Backward(l) => self.backward(l, v, step, regs, batch, grads_done),
         }
     }
 
-    fn forward(&self, l: usize, xs: &[&Tensor]) -> Result<Tensor> {
+    /// Layer `l`'s output, and for batch norm the running statistics after this step.
+    fn forward(&self, l: usize, xs: &[&Tensor]) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
         let layer = self.net.layer(l);
         let ps = &self.params[l];
         let ctx = || layer.name.clone();
         let x = xs[0];
         let rank = layer.output.shape.rank();
         let y = match &layer.op {
+            Op::BatchNorm(b) => {
+                let (y, mean, var) =
+                    k::batch_norm_forward(x, &ps[0], &ps[1], b.epsilon).ctx(ctx)?;
+                let count = x.elem_count() / x.dim(1).ctx(ctx)?.max(1);
+                let stats = k::batch_norm_running(&ps[2], &ps[3], &mean, &var, b.momentum, count)
+                    .ctx(ctx)?;
+                return Ok((y, Some(stats)));
+            }
+            Op::ConvTranspose2d(c) if c.stride[0] != c.stride[1] => {
+                return Err(self.unsupported(l, "non-square transposed-convolution strides"));
+            }
+            Op::ConvTranspose2d(c) => {
+                let z = k::conv_transpose2d_forward(x, &ps[0], ps.get(1), c).ctx(ctx)?;
+                k::activation_forward(&z, c.activation, 1).ctx(ctx)?
+            }
+            Op::LayerNorm { epsilon } => {
+                k::layer_norm_forward(x, &ps[0], &ps[1], *epsilon).ctx(ctx)?
+            }
+            Op::Dropout { rate } => {
+                let seed = k::dropout_seed(self.seed, self.steps_run, l);
+                let mask =
+                    k::dropout_mask(x.dims(), *rate, seed, x.dtype(), x.device()).ctx(ctx)?;
+                x.mul(&mask).ctx(ctx)?
+            }
+            Op::Embedding { .. } => k::embedding_forward(x, &ps[0]).ctx(ctx)?,
+            Op::PositionEmbedding { .. } => k::position_embedding_forward(x, &ps[0]).ctx(ctx)?,
+            Op::SelfAttention(a) => {
+                k::attention_forward(x, &ps[0], &ps[1], &ps[2], &ps[3], a.heads, a.causal)
+                    .ctx(ctx)?
+            }
             Op::Dense(d) => {
                 let z = k::dense_forward(x, &ps[0], ps.get(1)).ctx(ctx)?;
                 k::activation_forward(&z, d.activation, rank - 1).ctx(ctx)?
@@ -436,9 +514,8 @@ impl Executor {
                 let (_, _, h, w) = x.dims4().ctx(ctx)?;
                 x.upsample_nearest2d(h * scale[0], w * scale[1]).ctx(ctx)?
             }
-            other => return Err(self.unsupported(l, format!("no {} kernel yet", other.kind()))),
         };
-        Ok(y)
+        Ok((y, None))
     }
 
     fn backward(
@@ -485,7 +562,10 @@ impl Executor {
         let loss = self.net.loss();
         let loss_grad = if from_loss {
             let y = y.ok_or_else(|| self.unsupported(l, "loss gradient needs the output"))?;
-            Some(k::cross_entropy_backward(y, &batch.labels, loss.from_logits).ctx(ctx)?)
+            Some(
+                k::cross_entropy_nd_backward(y, &batch.labels, loss.class_axis, loss.from_logits)
+                    .ctx(ctx)?,
+            )
         } else {
             None
         };
@@ -550,6 +630,74 @@ impl Executor {
                 }
                 outs[0] = dx;
             }
+            Op::ConvTranspose2d(c) => {
+                let (dx, dw, db) =
+                    k::conv_transpose2d_backward(x0()?, &self.params[l][0], &g, c, need(0), c.bias)
+                        .ctx(ctx)?;
+                if first_time {
+                    self.grads[l][0] = Some(dw);
+                    if let Some(db) = db {
+                        self.grads[l][1] = Some(db);
+                    }
+                }
+                outs[0] = dx;
+            }
+            Op::BatchNorm(b) => {
+                let (dx, dgamma, dbeta) =
+                    k::batch_norm_backward(x0()?, &self.params[l][0], &g, b.epsilon).ctx(ctx)?;
+                if first_time {
+                    self.grads[l][0] = Some(dgamma);
+                    self.grads[l][1] = Some(dbeta);
+                }
+                outs[0] = Some(dx);
+            }
+            Op::LayerNorm { epsilon } => {
+                let (dx, dgamma, dbeta) =
+                    k::layer_norm_backward(x0()?, &self.params[l][0], &g, *epsilon).ctx(ctx)?;
+                if first_time {
+                    self.grads[l][0] = Some(dgamma);
+                    self.grads[l][1] = Some(dbeta);
+                }
+                outs[0] = Some(dx);
+            }
+            Op::Dropout { rate } => {
+                let seed = k::dropout_seed(self.seed, self.steps_run, l);
+                let mask =
+                    k::dropout_mask(g.dims(), *rate, seed, g.dtype(), g.device()).ctx(ctx)?;
+                outs[0] = Some(g.mul(&mask).ctx(ctx)?);
+            }
+            Op::Embedding { .. } => {
+                if first_time {
+                    let dw = k::embedding_backward(x0()?, &self.params[l][0], &g).ctx(ctx)?;
+                    self.grads[l][0] = Some(dw);
+                }
+            }
+            Op::PositionEmbedding { .. } => {
+                if first_time {
+                    let dw = k::position_embedding_backward(&self.params[l][0], &g).ctx(ctx)?;
+                    self.grads[l][0] = Some(dw);
+                }
+                outs[0] = Some(g);
+            }
+            Op::SelfAttention(a) => {
+                let ps = &self.params[l];
+                let r = k::attention_backward(
+                    x0()?,
+                    &ps[0],
+                    &ps[1],
+                    &ps[2],
+                    &g,
+                    a.heads,
+                    a.causal,
+                    need(0),
+                )
+                .ctx(ctx)?;
+                if first_time {
+                    self.grads[l] =
+                        vec![Some(r.dwqkv), Some(r.dbqkv), Some(r.dwout), Some(r.dbout)];
+                }
+                outs[0] = r.dx;
+            }
             Op::Activation(_) => outs[0] = Some(g),
             Op::Flatten | Op::Reshape { .. } => {
                 outs[0] = Some(g.reshape(layer.input_types[0].shape.dims()).ctx(ctx)?)
@@ -598,7 +746,6 @@ impl Executor {
                     .ctx(ctx)?;
                 outs[0] = Some(dx);
             }
-            other => return Err(self.unsupported(l, format!("no {} gradient yet", other.kind()))),
         }
         grads_done[l] = true;
         outs.into_iter()

@@ -5,7 +5,9 @@
 //! activations, `[out, in, kh, kw]` convolution kernels, `[out, in]` dense kernels.
 
 use candle_core::{DType, Device, Result, Tensor};
-use checkmate_models::{Activation, Conv2d, Pool2d};
+use checkmate_models::{Activation, Conv2d, ConvTranspose2d, Pool2d};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// Softmax over `axis`.
 pub fn softmax(x: &Tensor, axis: usize) -> Result<Tensor> {
@@ -125,32 +127,140 @@ pub fn crop2d(x: &Tensor, p: [usize; 4]) -> Result<Tensor> {
         .force_contiguous()
 }
 
-fn check_conv(c: &Conv2d) -> Result<()> {
-    if c.groups != 1 || c.dilation != [1, 1] || c.stride[0] != c.stride[1] {
-        candle_core::bail!(
-            "conv2d: groups {} / dilation {:?} / stride {:?} not supported yet (needs groups 1, dilation 1, square stride)",
-            c.groups,
-            c.dilation,
-            c.stride
-        )
-    }
-    Ok(())
+/// Whether candle's convolution (im2col + gemm) applies: one group, no dilation, square stride.
+/// Other convolutions (grouped, depthwise, dilated) run as direct loops.
+fn candle_conv(c: &Conv2d) -> bool {
+    c.groups == 1 && c.dilation == [1, 1] && c.stride[0] == c.stride[1]
 }
 
-/// Convolution before its activation (groups 1, dilation 1, square stride; any padding).
-pub fn conv2d_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &Conv2d) -> Result<Tensor> {
-    check_conv(c)?;
-    let (_, _, h, wd) = x.dims4()?;
-    let p = c.padding_for([h, wd]);
-    let z = if p.iter().all(|&v| v == p[0]) {
-        x.conv2d(w, p[0], c.stride[0], 1, 1)?
-    } else {
-        pad2d(x, p)?.conv2d(w, 0, c.stride[0], 1, 1)?
-    };
+/// The geometry of a direct convolution loop.
+struct ConvGeom {
+    n: usize,
+    cin: usize,
+    h: usize,
+    w: usize,
+    cout: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    top: usize,
+    left: usize,
+    groups: usize,
+}
+
+impl ConvGeom {
+    fn new(x: &Tensor, w: &Tensor, c: &Conv2d) -> Result<ConvGeom> {
+        let (n, cin, h, wd) = x.dims4()?;
+        let (cout, cpg, kh, kw) = w.dims4()?;
+        if c.groups == 0 || cin % c.groups != 0 || cout % c.groups != 0 || cpg * c.groups != cin {
+            candle_core::bail!(
+                "conv2d: kernel {:?} and {} groups do not fit input {:?}",
+                w.dims(),
+                c.groups,
+                x.dims()
+            )
+        }
+        let p = c.padding_for([h, wd]);
+        let eff = [c.dilation[0] * (kh - 1) + 1, c.dilation[1] * (kw - 1) + 1];
+        let (ph, pw) = (h + p[0] + p[1], wd + p[2] + p[3]);
+        if ph < eff[0] || pw < eff[1] || c.stride.contains(&0) {
+            candle_core::bail!("conv2d: window {eff:?} larger than padded input {ph}x{pw}")
+        }
+        Ok(ConvGeom {
+            n,
+            cin,
+            h,
+            w: wd,
+            cout,
+            kh,
+            kw,
+            oh: (ph - eff[0]) / c.stride[0] + 1,
+            ow: (pw - eff[1]) / c.stride[1] + 1,
+            stride: c.stride,
+            dilation: c.dilation,
+            top: p[0],
+            left: p[2],
+            groups: c.groups,
+        })
+    }
+
+    /// Calls `f(out_index, input_index, kernel_index)` for every multiply-add of the convolution,
+    /// in a fixed order.
+    fn for_each(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let cpg = self.cin / self.groups;
+        let opg = self.cout / self.groups;
+        for n in 0..self.n {
+            for o in 0..self.cout {
+                let g = o / opg;
+                for oy in 0..self.oh {
+                    for ox in 0..self.ow {
+                        let oi = ((n * self.cout + o) * self.oh + oy) * self.ow + ox;
+                        for ci in 0..cpg {
+                            let c = g * cpg + ci;
+                            for a in 0..self.kh {
+                                let Some(iy) = (oy * self.stride[0] + a * self.dilation[0])
+                                    .checked_sub(self.top)
+                                else {
+                                    continue;
+                                };
+                                if iy >= self.h {
+                                    continue;
+                                }
+                                for b in 0..self.kw {
+                                    let Some(ix) = (ox * self.stride[1] + b * self.dilation[1])
+                                        .checked_sub(self.left)
+                                    else {
+                                        continue;
+                                    };
+                                    if ix >= self.w {
+                                        continue;
+                                    }
+                                    let xi = ((n * self.cin + c) * self.h + iy) * self.w + ix;
+                                    let wi = ((o * cpg + ci) * self.kh + a) * self.kw + b;
+                                    f(oi, xi, wi);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn add_channel_bias(z: Tensor, b: Option<&Tensor>) -> Result<Tensor> {
     match b {
         Some(b) => z.broadcast_add(&b.reshape((1, b.elem_count(), 1, 1))?),
         None => Ok(z),
     }
+}
+
+/// Convolution before its activation: any padding; grouped, depthwise, dilated and non-square
+/// strides run as a direct loop, the rest through candle's im2col convolution.
+pub fn conv2d_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &Conv2d) -> Result<Tensor> {
+    let (_, _, h, wd) = x.dims4()?;
+    let p = c.padding_for([h, wd]);
+    let z = if !candle_conv(c) {
+        let geo = ConvGeom::new(x, w, c)?;
+        let xv = to_f64_vec(x)?;
+        let wv = to_f64_vec(w)?;
+        let mut out = vec![0f64; geo.n * geo.cout * geo.oh * geo.ow];
+        geo.for_each(|o, i, k| out[o] += xv[i] * wv[k]);
+        from_f64_vec(
+            out,
+            &[geo.n, geo.cout, geo.oh, geo.ow],
+            x.dtype(),
+            x.device(),
+        )?
+    } else if p.iter().all(|&v| v == p[0]) {
+        x.conv2d(w, p[0], c.stride[0], 1, 1)?
+    } else {
+        pad2d(x, p)?.conv2d(w, 0, c.stride[0], 1, 1)?
+    };
+    add_channel_bias(z, b)
 }
 
 /// Gradients of a convolution from the gradient `g` of its pre-activation output:
@@ -159,7 +269,8 @@ pub fn conv2d_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &Conv2d) ->
 /// The input gradient of a stride-1 convolution is a convolution of the padded `g` with the
 /// flipped, transposed kernel; larger strides use candle's transposed convolution. The kernel
 /// gradient is a convolution over the batch axis (input channels as the batch, `g` as the kernel,
-/// dilated by the stride).
+/// dilated by the stride). Grouped, depthwise and dilated convolutions use one direct loop for
+/// both gradients.
 pub fn conv2d_backward(
     x: &Tensor,
     w: &Tensor,
@@ -168,7 +279,30 @@ pub fn conv2d_backward(
     need_dx: bool,
     bias: bool,
 ) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
-    check_conv(c)?;
+    let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
+    if !candle_conv(c) {
+        let geo = ConvGeom::new(x, w, c)?;
+        if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
+            candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
+        }
+        let xv = to_f64_vec(x)?;
+        let wv = to_f64_vec(w)?;
+        let gv = to_f64_vec(g)?;
+        let mut dw = vec![0f64; wv.len()];
+        let dx = if need_dx {
+            let mut dx = vec![0f64; xv.len()];
+            geo.for_each(|o, i, k| {
+                dx[i] += gv[o] * wv[k];
+                dw[k] += gv[o] * xv[i];
+            });
+            Some(from_f64_vec(dx, x.dims(), x.dtype(), x.device())?)
+        } else {
+            geo.for_each(|o, i, k| dw[k] += gv[o] * xv[i]);
+            None
+        };
+        let dw = from_f64_vec(dw, w.dims(), w.dtype(), w.device())?;
+        return Ok((dx, dw, db));
+    }
     let (_, _, h, wd) = x.dims4()?;
     let (_, _, kh, kw) = w.dims4()?;
     let (_, _, oh, ow) = g.dims4()?;
@@ -185,7 +319,6 @@ pub fn conv2d_backward(
         .narrow(3, 0, kw)?
         .transpose(0, 1)?
         .force_contiguous()?;
-    let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
     let dx = if need_dx {
         let dxp = if s == 1 {
             let wf = w.flip(&[2, 3])?.transpose(0, 1)?.contiguous()?;
@@ -196,6 +329,58 @@ pub fn conv2d_backward(
             pad2d(&full, [0, hp - fh, 0, wp - fw])?
         };
         Some(crop2d(&dxp, p)?)
+    } else {
+        None
+    };
+    Ok((dx, dw, db))
+}
+
+fn check_transpose(c: &ConvTranspose2d) -> Result<usize> {
+    if c.stride[0] != c.stride[1] || c.stride[0] == 0 {
+        candle_core::bail!(
+            "conv_transpose2d: stride {:?} not supported (needs a square stride)",
+            c.stride
+        )
+    }
+    Ok(c.stride[0])
+}
+
+/// Transposed convolution before its activation: the full (valid) output of candle's transposed
+/// convolution, cropped by `c.crop_for()`; kernel `[in, out, kh, kw]`.
+pub fn conv_transpose2d_forward(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    c: &ConvTranspose2d,
+) -> Result<Tensor> {
+    let s = check_transpose(c)?;
+    let full = x.conv_transpose2d(&w.contiguous()?, 0, 0, s, 1)?;
+    add_channel_bias(crop2d(&full, c.crop_for())?, b)
+}
+
+/// Gradients of a transposed convolution from the gradient `g` of its pre-activation output:
+/// `(dx, dW, db)`. The input gradient is a strided convolution of the (uncropped) gradient with the
+/// kernel; the kernel gradient a convolution over the batch axis dilated by the stride.
+pub fn conv_transpose2d_backward(
+    x: &Tensor,
+    w: &Tensor,
+    g: &Tensor,
+    c: &ConvTranspose2d,
+    need_dx: bool,
+    bias: bool,
+) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+    let s = check_transpose(c)?;
+    let g_full = pad2d(g, c.crop_for())?;
+    let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
+    // dW[i,o,a,b] = sum_{n,y,x} x[n,i,y,x] g_full[n,o,s*y+a,s*x+b]
+    let gt = g_full.transpose(0, 1)?.contiguous()?;
+    let xt = x.transpose(0, 1)?.contiguous()?;
+    let dw = gt
+        .conv2d(&xt, 0, 1, s, 1)?
+        .transpose(0, 1)?
+        .force_contiguous()?;
+    let dx = if need_dx {
+        Some(g_full.conv2d(&w.contiguous()?, 0, s, 1, 1)?)
     } else {
         None
     };
@@ -345,23 +530,68 @@ pub fn avg_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor>
 /// Per-example cross-entropy of a `[N, C]` prediction against `u32` labels `[N]`: from logits
 /// (`logsumexp(z) - z[label]`) or from probabilities (`-ln p[label]`, clamped at 1e-7).
 pub fn cross_entropy(pred: &Tensor, labels: &Tensor, from_logits: bool) -> Result<Tensor> {
-    let idx = labels.unsqueeze(1)?;
-    if from_logits {
-        let m = pred.max_keepdim(1)?;
-        let lse = pred
+    cross_entropy_nd(pred, labels, 1, from_logits)
+}
+
+/// `pred` with `axis` moved last, as `[rows, C]`, and the permutation used.
+fn class_rows(pred: &Tensor, axis: usize) -> Result<(Tensor, Vec<usize>)> {
+    let rank = pred.rank();
+    if axis == 0 || axis >= rank {
+        candle_core::bail!("class axis {axis} out of range for a rank-{rank} prediction")
+    }
+    let classes = pred.dim(axis)?;
+    let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
+    perm.push(axis);
+    let moved = if axis == rank - 1 {
+        pred.clone()
+    } else {
+        pred.permute(perm.clone())?.contiguous()?
+    };
+    let rows = pred.elem_count() / classes.max(1);
+    Ok((moved.reshape((rows, classes))?, perm))
+}
+
+fn check_labels(pred: &Tensor, labels: &Tensor, axis: usize) -> Result<()> {
+    let mut want = pred.dims().to_vec();
+    want.remove(axis);
+    if labels.dims() != want.as_slice() || labels.dtype() != DType::U32 {
+        candle_core::bail!(
+            "labels are {:?} {:?}, the prediction {:?} (class axis {axis}) needs u32 {want:?}",
+            labels.dims(),
+            labels.dtype(),
+            pred.dims()
+        )
+    }
+    Ok(())
+}
+
+/// Per-example cross-entropy with the classes on `axis` (1 for `[N, C]` and `[N, C, positions]`,
+/// 2 for `[N, T, V]`) against `u32` labels of the prediction's shape without `axis`, averaged over
+/// the positions of each example: `[N]`. From logits or from probabilities (clamped at 1e-7).
+pub fn cross_entropy_nd(
+    pred: &Tensor,
+    labels: &Tensor,
+    axis: usize,
+    from_logits: bool,
+) -> Result<Tensor> {
+    check_labels(pred, labels, axis)?;
+    let n = pred.dim(0)?;
+    let (rows, _) = class_rows(pred, axis)?;
+    let idx = labels.flatten_all()?.unsqueeze(1)?;
+    let per_row = if from_logits {
+        let m = rows.max_keepdim(1)?;
+        let lse = rows
             .broadcast_sub(&m)?
             .exp()?
             .sum_keepdim(1)?
             .log()?
             .add(&m)?;
-        lse.sub(&pred.gather(&idx, 1)?)?.squeeze(1)
+        lse.sub(&rows.gather(&idx, 1)?)?
     } else {
-        pred.gather(&idx, 1)?
-            .clamp(1e-7f64, 1f64)?
-            .log()?
-            .neg()?
-            .squeeze(1)
-    }
+        rows.gather(&idx, 1)?.clamp(1e-7f64, 1f64)?.log()?.neg()?
+    };
+    let positions = per_row.elem_count() / n.max(1);
+    per_row.reshape((n, positions))?.mean(1)
 }
 
 /// One-hot `[N, C]` of `u32` labels, in `dtype`.
@@ -381,13 +611,35 @@ pub fn one_hot(labels: &Tensor, classes: usize, dtype: DType) -> Result<Tensor> 
 /// Gradient of the mean (over the batch) cross-entropy with respect to the softmax's input:
 /// `(softmax(z) - onehot) / N`. `pred` is the logits when `from_logits`, else the probabilities.
 pub fn cross_entropy_backward(pred: &Tensor, labels: &Tensor, from_logits: bool) -> Result<Tensor> {
-    let (n, c) = pred.dims2()?;
+    cross_entropy_nd_backward(pred, labels, 1, from_logits)
+}
+
+/// Gradient of the mean over the batch of [`cross_entropy_nd`] with respect to the softmax's
+/// input: `(softmax(z) - onehot) / (N * positions)` with the classes on `axis`.
+pub fn cross_entropy_nd_backward(
+    pred: &Tensor,
+    labels: &Tensor,
+    axis: usize,
+    from_logits: bool,
+) -> Result<Tensor> {
+    check_labels(pred, labels, axis)?;
+    let (rows, perm) = class_rows(pred, axis)?;
+    let (r, c) = rows.dims2()?;
     let p = if from_logits {
-        softmax(pred, 1)?
+        softmax(&rows, 1)?
     } else {
-        pred.clone()
+        rows
     };
-    (p - one_hot(labels, c, pred.dtype())?)? / n as f64
+    let g = ((p - one_hot(&labels.flatten_all()?, c, pred.dtype())?)? / r as f64)?;
+    if axis == pred.rank() - 1 {
+        return g.reshape(pred.dims());
+    }
+    let moved: Vec<usize> = perm.iter().map(|&a| pred.dim(a)).collect::<Result<_>>()?;
+    let mut inverse = vec![0; perm.len()];
+    for (i, &a) in perm.iter().enumerate() {
+        inverse[a] = i;
+    }
+    g.reshape(moved)?.permute(inverse)?.contiguous()
 }
 
 /// Sums tensors in the given order (the order fixes the floating-point result).
@@ -420,4 +672,338 @@ pub(crate) fn softmax_axis_for(dense: bool, rank: usize) -> usize {
     } else {
         1
     }
+}
+
+/// `[N, C, rest]` view of a batch-norm input `[N, C, ...]`.
+fn channels3(x: &Tensor) -> Result<(Tensor, usize)> {
+    let dims = x.dims();
+    if dims.len() < 2 {
+        candle_core::bail!("batch norm needs [N, C, ...], got {dims:?}")
+    }
+    let (n, c) = (dims[0], dims[1]);
+    let rest = x.elem_count() / (n * c).max(1);
+    Ok((x.reshape((n, c, rest))?, c))
+}
+
+/// Normalized `x` over axes (0, 2) of `[N, C, R]`: `(xhat, 1 / sqrt(var + eps), mean, var)`.
+fn bn_normalize(x3: &Tensor, eps: f64) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+    let mean = x3.mean_keepdim((0, 2))?;
+    let xc = x3.broadcast_sub(&mean)?;
+    let var = xc.sqr()?.mean_keepdim((0, 2))?;
+    let inv = (&var + eps)?.sqrt()?.recip()?;
+    Ok((xc.broadcast_mul(&inv)?, inv, mean, var))
+}
+
+/// Batch normalization over axis 1 in training mode (batch statistics, biased variance):
+/// `(y, batch mean [C], batch variance [C])`.
+pub fn batch_norm_forward(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (x3, c) = channels3(x)?;
+    let (xhat, _, mean, var) = bn_normalize(&x3, eps)?;
+    let y = xhat
+        .broadcast_mul(&gamma.reshape((1, c, 1))?)?
+        .broadcast_add(&beta.reshape((1, c, 1))?)?;
+    Ok((
+        y.reshape(x.dims())?,
+        mean.flatten_all()?,
+        var.flatten_all()?,
+    ))
+}
+
+/// Running statistics after one training step (Keras convention): `momentum * running + (1 -
+/// momentum) * batch`, the batch variance with Bessel's correction over the `count` values per
+/// channel.
+pub fn batch_norm_running(
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    mean: &Tensor,
+    var: &Tensor,
+    momentum: f64,
+    count: usize,
+) -> Result<(Tensor, Tensor)> {
+    let unbias = if count > 1 {
+        count as f64 / (count - 1) as f64
+    } else {
+        1.0
+    };
+    let m = ((running_mean * momentum)? + (mean * (1.0 - momentum))?)?;
+    let v = ((running_var * momentum)? + (var * ((1.0 - momentum) * unbias))?)?;
+    Ok((m, v))
+}
+
+/// Gradients of training-mode batch normalization from its input and the gradient `g` of its
+/// output: `(dx, dgamma, dbeta)` (the statistics are recomputed from `x`).
+pub fn batch_norm_backward(
+    x: &Tensor,
+    gamma: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let (x3, c) = channels3(x)?;
+    let g3 = g.reshape(x3.dims())?;
+    let (xhat, inv, _, _) = bn_normalize(&x3, eps)?;
+    let dbeta = g3.sum((0, 2))?;
+    let gx = g3.mul(&xhat)?;
+    let dgamma = gx.sum((0, 2))?;
+    let gh = g3.broadcast_mul(&gamma.reshape((1, c, 1))?)?;
+    let ghx = gx.broadcast_mul(&gamma.reshape((1, c, 1))?)?;
+    let dx = gh
+        .broadcast_sub(&gh.mean_keepdim((0, 2))?)?
+        .sub(&xhat.broadcast_mul(&ghx.mean_keepdim((0, 2))?)?)?
+        .broadcast_mul(&inv)?;
+    Ok((dx.reshape(x.dims())?, dgamma, dbeta))
+}
+
+/// `[rows, C]` view of a layer-norm input `[..., C]`.
+fn rows2(x: &Tensor) -> Result<Tensor> {
+    let c = *x.dims().last().unwrap_or(&0);
+    x.reshape((x.elem_count() / c.max(1), c))
+}
+
+fn ln_normalize(x2: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    let mean = x2.mean_keepdim(1)?;
+    let xc = x2.broadcast_sub(&mean)?;
+    let var = xc.sqr()?.mean_keepdim(1)?;
+    let inv = (var + eps)?.sqrt()?.recip()?;
+    Ok((xc.broadcast_mul(&inv)?, inv))
+}
+
+/// Layer normalization over the last axis with scale `gamma` and shift `beta`.
+pub fn layer_norm_forward(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
+    let (xhat, _) = ln_normalize(&rows2(x)?, eps)?;
+    xhat.broadcast_mul(gamma)?
+        .broadcast_add(beta)?
+        .reshape(x.dims())
+}
+
+/// Gradients of layer normalization: `(dx, dgamma, dbeta)`.
+pub fn layer_norm_backward(
+    x: &Tensor,
+    gamma: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let x2 = rows2(x)?;
+    let g2 = g.reshape(x2.dims())?;
+    let (xhat, inv) = ln_normalize(&x2, eps)?;
+    let dbeta = g2.sum(0)?;
+    let dgamma = g2.mul(&xhat)?.sum(0)?;
+    let gh = g2.broadcast_mul(gamma)?;
+    let dx = gh
+        .broadcast_sub(&gh.mean_keepdim(1)?)?
+        .sub(&xhat.broadcast_mul(&gh.mul(&xhat)?.mean_keepdim(1)?)?)?
+        .broadcast_mul(&inv)?;
+    Ok((dx.reshape(x.dims())?, dgamma, dbeta))
+}
+
+/// The seed of a dropout layer's mask in one training step: a mix of the executor's seed, the
+/// step counter and the layer index, so a recompute in the same step replays the same mask.
+pub fn dropout_seed(seed: u64, step: u64, layer: usize) -> u64 {
+    fn mix(mut z: u64) -> u64 {
+        // splitmix64's finalizer.
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    mix(mix(mix(seed) ^ step.wrapping_add(0x9e37_79b9_7f4a_7c15)) ^ layer as u64)
+}
+
+/// The inverted-dropout mask of `dims`: each element independently 0 with probability `rate`,
+/// else `1 / (1 - rate)`, drawn from `seed` (the same seed gives the same mask).
+pub fn dropout_mask(
+    dims: &[usize],
+    rate: f32,
+    seed: u64,
+    dtype: DType,
+    dev: &Device,
+) -> Result<Tensor> {
+    if !(0.0..1.0).contains(&rate) {
+        candle_core::bail!("dropout rate {rate} must be in [0, 1)")
+    }
+    let keep = 1.0 / (1.0 - rate as f64);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let count: usize = dims.iter().product();
+    let v: Vec<f64> = (0..count)
+        .map(|_| if rng.gen::<f32>() < rate { 0.0 } else { keep })
+        .collect();
+    from_f64_vec(v, dims, dtype, dev)
+}
+
+/// Token embedding: `u32` ids `[N, T]` to rows of `weight` `[vocab, dim]`: `[N, T, dim]`.
+pub fn embedding_forward(ids: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let (n, t) = ids.dims2()?;
+    let (_, dim) = weight.dims2()?;
+    weight
+        .index_select(&ids.flatten_all()?, 0)?
+        .reshape((n, t, dim))
+}
+
+/// Gradient of the embedding table: `g` rows scatter-added at their ids, in order.
+pub fn embedding_backward(ids: &Tensor, weight: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let (vocab, dim) = weight.dims2()?;
+    let rows = ids.elem_count();
+    Tensor::zeros((vocab, dim), g.dtype(), g.device())?.index_add(
+        &ids.flatten_all()?,
+        &g.reshape((rows, dim))?,
+        0,
+    )
+}
+
+/// Adds the first `T` rows of a learned position table `[max_len, C]` to `[N, T, C]`.
+pub fn position_embedding_forward(x: &Tensor, weight: &Tensor) -> Result<Tensor> {
+    let (_, t, _) = x.dims3()?;
+    x.broadcast_add(&weight.narrow(0, 0, t)?)
+}
+
+/// Gradient of the position table (`g` summed over the batch, zero rows past `T`); the input
+/// gradient is `g` itself.
+pub fn position_embedding_backward(weight: &Tensor, g: &Tensor) -> Result<Tensor> {
+    let (max_len, _) = weight.dims2()?;
+    let (_, t, _) = g.dims3()?;
+    let d = g.sum(0)?;
+    if t < max_len {
+        d.pad_with_zeros(0, 0, max_len - t)
+    } else {
+        Ok(d)
+    }
+}
+
+/// Multi-head self-attention's intermediate tensors (recomputed by the backward rule).
+struct Attention {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    att: Tensor,
+    o: Tensor,
+    scale: f64,
+}
+
+fn heads_first(t: &Tensor, n: usize, len: usize, heads: usize, d: usize) -> Result<Tensor> {
+    t.reshape((n, len, heads, d))?.transpose(1, 2)?.contiguous()
+}
+
+fn heads_last(t: &Tensor, n: usize, len: usize, c: usize) -> Result<Tensor> {
+    t.transpose(1, 2)?.contiguous()?.reshape((n, len, c))
+}
+
+fn attention_parts(
+    x: &Tensor,
+    wqkv: &Tensor,
+    bqkv: &Tensor,
+    heads: usize,
+    causal: bool,
+) -> Result<Attention> {
+    let (n, t, c) = x.dims3()?;
+    if heads == 0 || c % heads != 0 {
+        candle_core::bail!("{heads} heads do not divide width {c}")
+    }
+    let d = c / heads;
+    let qkv = dense_forward(x, wqkv, Some(bqkv))?;
+    let q = heads_first(&qkv.narrow(2, 0, c)?, n, t, heads, d)?;
+    let k = heads_first(&qkv.narrow(2, c, c)?, n, t, heads, d)?;
+    let v = heads_first(&qkv.narrow(2, 2 * c, c)?, n, t, heads, d)?;
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut scores = (q.matmul(&k.transpose(2, 3)?.contiguous()?)? * scale)?;
+    if causal {
+        let mask: Vec<f64> = (0..t * t)
+            .map(|i| {
+                if i % t > i / t {
+                    f64::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mask = from_f64_vec(mask, &[t, t], x.dtype(), x.device())?;
+        scores = scores.broadcast_add(&mask)?;
+    }
+    let att = softmax(&scores, 3)?;
+    let o = heads_last(&att.matmul(&v)?, n, t, c)?;
+    Ok(Attention {
+        q,
+        k,
+        v,
+        att,
+        o,
+        scale,
+    })
+}
+
+/// Multi-head self-attention on `[N, T, C]`: fused QKV projection `[3C, C]` (+ bias), scaled dot
+/// products (optionally causal), softmax, weighted values, output projection `[C, C]` (+ bias).
+pub fn attention_forward(
+    x: &Tensor,
+    wqkv: &Tensor,
+    bqkv: &Tensor,
+    wout: &Tensor,
+    bout: &Tensor,
+    heads: usize,
+    causal: bool,
+) -> Result<Tensor> {
+    let a = attention_parts(x, wqkv, bqkv, heads, causal)?;
+    dense_forward(&a.o, wout, Some(bout))
+}
+
+/// Parameter and input gradients of [`attention_forward`] from its input and output gradient
+/// `g` (everything else is recomputed).
+#[derive(Debug)]
+pub struct AttentionGrads {
+    /// Input gradient (when asked for).
+    pub dx: Option<Tensor>,
+    /// QKV kernel gradient `[3C, C]`.
+    pub dwqkv: Tensor,
+    /// QKV bias gradient `[3C]`.
+    pub dbqkv: Tensor,
+    /// Output kernel gradient `[C, C]`.
+    pub dwout: Tensor,
+    /// Output bias gradient `[C]`.
+    pub dbout: Tensor,
+}
+
+/// The backward rule of [`attention_forward`].
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(
+    x: &Tensor,
+    wqkv: &Tensor,
+    bqkv: &Tensor,
+    wout: &Tensor,
+    g: &Tensor,
+    heads: usize,
+    causal: bool,
+    need_dx: bool,
+) -> Result<AttentionGrads> {
+    let (n, t, c) = x.dims3()?;
+    let d = c / heads;
+    let a = attention_parts(x, wqkv, bqkv, heads, causal)?;
+    let (do_, dwout, dbout) = dense_backward(&a.o, wout, g, true)?;
+    let Some(do_) = do_ else {
+        candle_core::bail!("attention: no output-projection input gradient")
+    };
+    let do4 = heads_first(&do_, n, t, heads, d)?;
+    let datt = do4.matmul(&a.v.transpose(2, 3)?.contiguous()?)?;
+    let dv = a.att.transpose(2, 3)?.contiguous()?.matmul(&do4)?;
+    let s = datt.mul(&a.att)?.sum_keepdim(3)?;
+    let ds = a.att.mul(&datt.broadcast_sub(&s)?)?;
+    let dq = (ds.matmul(&a.k)? * a.scale)?;
+    let dk = (ds.transpose(2, 3)?.contiguous()?.matmul(&a.q)? * a.scale)?;
+    let dqkv = Tensor::cat(
+        &[
+            heads_last(&dq, n, t, c)?,
+            heads_last(&dk, n, t, c)?,
+            heads_last(&dv, n, t, c)?,
+        ],
+        2,
+    )?;
+    let (dx, dwqkv, dbqkv) = dense_backward(x, wqkv, &dqkv, need_dx)?;
+    Ok(AttentionGrads {
+        dx,
+        dwqkv,
+        dbqkv,
+        dwout,
+        dbout,
+    })
 }

@@ -2,7 +2,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use checkmate_executor::kernels as k;
-use checkmate_models::{Activation, Conv2d, Padding, Pool2d};
+use checkmate_models::{Activation, Conv2d, ConvTranspose2d, Padding, Pool2d};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -104,7 +104,10 @@ fn gelu_standalone() {
 
 fn conv_case(c: Conv2d, input: [usize; 4], seed: u64) {
     let x = rand_t(&input, seed);
-    let w = rand_t(&[c.filters, input[1], c.kernel[0], c.kernel[1]], seed + 1);
+    let w = rand_t(
+        &[c.filters, input[1] / c.groups, c.kernel[0], c.kernel[1]],
+        seed + 1,
+    );
     let b = rand_t(&[c.filters], seed + 2);
     let y = k::conv2d_forward(&x, &w, Some(&b), &c).unwrap();
     let r = rand_t(y.dims(), seed + 3);
@@ -250,4 +253,269 @@ fn f32_kernels_agree_with_f64() {
         .to_scalar::<f64>()
         .unwrap();
     assert!(d < 1e-5, "f32 and f64 convolutions differ by {d}");
+}
+
+#[test]
+fn grouped_depthwise_and_dilated_conv2d() {
+    conv_case(Conv2d::new(4, 3).groups(2).same(), [2, 4, 5, 5], 200);
+    // MobileNet's depthwise convolutions: stride 1 "same", stride 2 "valid".
+    conv_case(Conv2d::depthwise(3, 1, 3).same(), [2, 3, 5, 4], 210);
+    conv_case(Conv2d::depthwise(3, 2, 3).stride(2), [1, 3, 7, 7], 220);
+    conv_case(Conv2d::new(2, 3).dilation(2).same(), [1, 2, 6, 6], 230);
+    let mut c = Conv2d::new(2, 2);
+    c.stride = [1, 2];
+    conv_case(c, [1, 2, 5, 6], 240);
+}
+
+#[test]
+fn grouped_conv_matches_candle_forward() {
+    let x = rand_t(&[2, 4, 6, 6], 250);
+    let w = rand_t(&[6, 2, 3, 3], 251);
+    let c = Conv2d::new(6, 3).groups(2).same();
+    let ours = k::conv2d_forward(&x, &w, None, &c).unwrap();
+    let theirs = x.conv2d(&w, 1, 1, 1, 2).unwrap();
+    let d = (ours - theirs)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
+    assert!(
+        d < 1e-12,
+        "grouped convolution differs from candle's by {d}"
+    );
+}
+
+fn conv_transpose_case(c: ConvTranspose2d, input: [usize; 4], seed: u64) {
+    let x = rand_t(&input, seed);
+    let w = rand_t(&[input[1], c.filters, c.kernel[0], c.kernel[1]], seed + 1);
+    let b = rand_t(&[c.filters], seed + 2);
+    let y = k::conv_transpose2d_forward(&x, &w, Some(&b), &c).unwrap();
+    let r = rand_t(y.dims(), seed + 3);
+    let (dx, dw, db) = k::conv_transpose2d_backward(&x, &w, &r, &c, true, true).unwrap();
+    let f = |x: &Tensor, w: &Tensor, b: &Tensor| {
+        dot(&k::conv_transpose2d_forward(x, w, Some(b), &c).unwrap(), &r)
+    };
+    let name = format!("conv_transpose {c:?} on {input:?}");
+    check(&format!("{name} dx"), &x, &dx.unwrap(), |x| f(x, &w, &b));
+    check(&format!("{name} dw"), &w, &dw, |w| f(&x, w, &b));
+    check(&format!("{name} db"), &b, &db.unwrap(), |b| f(&x, &w, b));
+}
+
+#[test]
+fn conv_transpose2d_valid_same_and_cropped() {
+    conv_transpose_case(ConvTranspose2d::new(2, 4, 2), [2, 3, 3, 2], 300);
+    conv_transpose_case(ConvTranspose2d::new(3, 3, 1), [1, 2, 3, 3], 310);
+    let mut c = ConvTranspose2d::new(2, 3, 2);
+    c.padding = Padding::Same;
+    conv_transpose_case(c.clone(), [1, 2, 3, 3], 320);
+    c.padding = Padding::Explicit([1, 0, 0, 2]);
+    conv_transpose_case(c, [1, 2, 2, 3], 330);
+}
+
+#[test]
+fn conv_transpose2d_output_shape_matches_the_models_crate() {
+    // FCN8's 16x16 stride-8 upsampling: (in - 1) * 8 + 16.
+    let c = ConvTranspose2d::new(2, 16, 8).no_bias();
+    let x = rand_t(&[1, 2, 3, 4], 340);
+    let w = rand_t(&[2, 2, 16, 16], 341);
+    let y = k::conv_transpose2d_forward(&x, &w, None, &c).unwrap();
+    assert_eq!(y.dims(), &[1, 2, 32, 40]);
+}
+
+#[test]
+fn batch_norm_on_images_and_features() {
+    for (dims, seed) in [(vec![3, 2, 2, 3], 400u64), (vec![4, 3], 410)] {
+        let c = dims[1];
+        let x = rand_t(&dims, seed);
+        let gamma = rand_t(&[c], seed + 1);
+        let beta = rand_t(&[c], seed + 2);
+        let r = rand_t(&dims, seed + 3);
+        let eps = 1e-3;
+        let f = |x: &Tensor, gm: &Tensor, bt: &Tensor| {
+            dot(&k::batch_norm_forward(x, gm, bt, eps).unwrap().0, &r)
+        };
+        let (dx, dg, db) = k::batch_norm_backward(&x, &gamma, &r, eps).unwrap();
+        check("bn dx", &x, &dx, |x| f(x, &gamma, &beta));
+        check("bn dgamma", &gamma, &dg, |g| f(&x, g, &beta));
+        check("bn dbeta", &beta, &db, |b| f(&x, &gamma, b));
+    }
+}
+
+#[test]
+fn batch_norm_statistics_and_running_update() {
+    let x = Tensor::new(&[[1f64, 10.0], [3.0, 20.0]], &Device::Cpu).unwrap();
+    let ones = Tensor::ones(2, DType::F64, &Device::Cpu).unwrap();
+    let zeros = Tensor::zeros(2, DType::F64, &Device::Cpu).unwrap();
+    let (y, mean, var) = k::batch_norm_forward(&x, &ones, &zeros, 1e-3).unwrap();
+    assert_eq!(mean.to_vec1::<f64>().unwrap(), vec![2.0, 15.0]);
+    assert_eq!(var.to_vec1::<f64>().unwrap(), vec![1.0, 25.0]);
+    let y = y.to_vec2::<f64>().unwrap();
+    assert!((y[0][0] + 1.0 / 1.001f64.sqrt()).abs() < 1e-12);
+    let (m, v) = k::batch_norm_running(&zeros, &ones, &mean, &var, 0.9, 2).unwrap();
+    let m = m.to_vec1::<f64>().unwrap();
+    let v = v.to_vec1::<f64>().unwrap();
+    assert!((m[0] - 0.2).abs() < 1e-12 && (m[1] - 1.5).abs() < 1e-12);
+    // Unbiased variance: 2.0 and 50.0.
+    assert!((v[0] - (0.9 + 0.1 * 2.0)).abs() < 1e-12 && (v[1] - (0.9 + 5.0)).abs() < 1e-12);
+}
+
+#[test]
+fn layer_norm() {
+    let x = rand_t(&[2, 3, 4], 500);
+    let gamma = rand_t(&[4], 501);
+    let beta = rand_t(&[4], 502);
+    let r = rand_t(&[2, 3, 4], 503);
+    let eps = 1e-5;
+    let f =
+        |x: &Tensor, g: &Tensor, b: &Tensor| dot(&k::layer_norm_forward(x, g, b, eps).unwrap(), &r);
+    let (dx, dg, db) = k::layer_norm_backward(&x, &gamma, &r, eps).unwrap();
+    check("ln dx", &x, &dx, |x| f(x, &gamma, &beta));
+    check("ln dgamma", &gamma, &dg, |g| f(&x, g, &beta));
+    check("ln dbeta", &beta, &db, |b| f(&x, &gamma, b));
+}
+
+#[test]
+fn dropout_mask_is_replayed_and_scaled() {
+    let seed = k::dropout_seed(42, 3, 7);
+    let a = k::dropout_mask(&[4, 50], 0.3, seed, DType::F64, &Device::Cpu).unwrap();
+    let b = k::dropout_mask(&[4, 50], 0.3, seed, DType::F64, &Device::Cpu).unwrap();
+    let av = a.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    assert_eq!(av, b.flatten_all().unwrap().to_vec1::<f64>().unwrap());
+    let dropped = av.iter().filter(|&&v| v == 0.0).count();
+    assert!(
+        (30..=90).contains(&dropped),
+        "{dropped} of 200 dropped at rate 0.3"
+    );
+    let keep = 1.0 / (1.0 - f64::from(0.3f32));
+    assert!(av.iter().all(|&v| v == 0.0 || v == keep));
+    // Another step or another layer draws another mask.
+    for other in [k::dropout_seed(42, 4, 7), k::dropout_seed(42, 3, 8)] {
+        let c = k::dropout_mask(&[4, 50], 0.3, other, DType::F64, &Device::Cpu).unwrap();
+        assert_ne!(av, c.flatten_all().unwrap().to_vec1::<f64>().unwrap());
+    }
+    // The backward rule multiplies by the same mask: check it as a gradient.
+    let x = rand_t(&[4, 50], 600);
+    let r = rand_t(&[4, 50], 601);
+    check("dropout", &x, &r.mul(&a).unwrap(), |x| {
+        dot(&x.mul(&a).unwrap(), &r)
+    });
+}
+
+#[test]
+fn embedding_and_position_embedding() {
+    let ids = Tensor::new(&[[0u32, 2, 2], [1, 0, 3]], &Device::Cpu).unwrap();
+    let w = rand_t(&[4, 5], 700);
+    let r = rand_t(&[2, 3, 5], 701);
+    let dw = k::embedding_backward(&ids, &w, &r).unwrap();
+    check("embedding dw", &w, &dw, |w| {
+        dot(&k::embedding_forward(&ids, w).unwrap(), &r)
+    });
+    let bad = Tensor::new(&[[0u32, 4, 1], [1, 0, 3]], &Device::Cpu).unwrap();
+    assert!(k::embedding_forward(&bad, &w).is_err());
+    // Position table longer than the sequence: the extra rows get zero gradient.
+    let x = rand_t(&[2, 3, 5], 702);
+    let pw = rand_t(&[4, 5], 703);
+    let dpw = k::position_embedding_backward(&pw, &r).unwrap();
+    check("position dw", &pw, &dpw, |pw| {
+        dot(&k::position_embedding_forward(&x, pw).unwrap(), &r)
+    });
+    check("position dx", &x, &r, |x| {
+        dot(&k::position_embedding_forward(x, &pw).unwrap(), &r)
+    });
+}
+
+#[test]
+fn self_attention_causal_and_full() {
+    let (n, t, c, heads) = (2, 3, 4, 2);
+    let x = rand_t(&[n, t, c], 800);
+    let wqkv = rand_t(&[3 * c, c], 801);
+    let bqkv = rand_t(&[3 * c], 802);
+    let wout = rand_t(&[c, c], 803);
+    let bout = rand_t(&[c], 804);
+    let r = rand_t(&[n, t, c], 805);
+    for causal in [true, false] {
+        let f = |x: &Tensor, wq: &Tensor, bq: &Tensor, wo: &Tensor, bo: &Tensor| {
+            dot(
+                &k::attention_forward(x, wq, bq, wo, bo, heads, causal).unwrap(),
+                &r,
+            )
+        };
+        let g = k::attention_backward(&x, &wqkv, &bqkv, &wout, &r, heads, causal, true).unwrap();
+        let name = format!("attention causal={causal}");
+        check(&format!("{name} dx"), &x, &g.dx.unwrap(), |x| {
+            f(x, &wqkv, &bqkv, &wout, &bout)
+        });
+        check(&format!("{name} dwqkv"), &wqkv, &g.dwqkv, |w| {
+            f(&x, w, &bqkv, &wout, &bout)
+        });
+        check(&format!("{name} dbqkv"), &bqkv, &g.dbqkv, |b| {
+            f(&x, &wqkv, b, &wout, &bout)
+        });
+        check(&format!("{name} dwout"), &wout, &g.dwout, |w| {
+            f(&x, &wqkv, &bqkv, w, &bout)
+        });
+        check(&format!("{name} dbout"), &bout, &g.dbout, |b| {
+            f(&x, &wqkv, &bqkv, &wout, b)
+        });
+    }
+}
+
+#[test]
+fn causal_attention_ignores_the_future() {
+    let x = rand_t(&[1, 4, 4], 810);
+    let wqkv = rand_t(&[12, 4], 811);
+    let bqkv = rand_t(&[12], 812);
+    let wout = rand_t(&[4, 4], 813);
+    let bout = rand_t(&[4], 814);
+    let y = k::attention_forward(&x, &wqkv, &bqkv, &wout, &bout, 2, true).unwrap();
+    // Change the last token: the first three outputs stay.
+    let x2 = Tensor::cat(&[x.narrow(1, 0, 3).unwrap(), rand_t(&[1, 1, 4], 815)], 1).unwrap();
+    let y2 = k::attention_forward(&x2, &wqkv, &bqkv, &wout, &bout, 2, true).unwrap();
+    let head = |y: &Tensor| {
+        y.narrow(1, 0, 3)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap()
+    };
+    assert_eq!(head(&y), head(&y2));
+}
+
+#[test]
+fn per_position_cross_entropy_for_segmentation_and_tokens() {
+    // Segmentation: [N, C, positions], classes on axis 1.
+    let z = rand_t(&[2, 3, 4], 900);
+    let labels = Tensor::new(&[[0u32, 2, 1, 1], [2, 2, 0, 1]], &Device::Cpu).unwrap();
+    // Tokens: [N, T, V], classes on axis 2.
+    let zt = rand_t(&[2, 3, 4], 910);
+    let lt = Tensor::new(&[[0u32, 3, 1], [2, 2, 0]], &Device::Cpu).unwrap();
+    for (z, labels, axis) in [(&z, &labels, 1), (&zt, &lt, 2)] {
+        let mean_loss = |p: &Tensor, logits: bool| {
+            k::cross_entropy_nd(p, labels, axis, logits)
+                .unwrap()
+                .mean_all()
+                .unwrap()
+                .to_scalar::<f64>()
+                .unwrap()
+        };
+        assert_eq!(
+            k::cross_entropy_nd(z, labels, axis, true).unwrap().dims(),
+            &[2]
+        );
+        let g = k::cross_entropy_nd_backward(z, labels, axis, true).unwrap();
+        check(&format!("ce axis {axis} logits"), z, &g, |z| {
+            mean_loss(z, true)
+        });
+        let p = k::softmax(z, axis).unwrap();
+        let g = k::cross_entropy_nd_backward(&p, labels, axis, false).unwrap();
+        check(&format!("ce axis {axis} probabilities"), z, &g, |z| {
+            mean_loss(&k::softmax(z, axis).unwrap(), false)
+        });
+    }
+    // Labels of the wrong shape are an error.
+    assert!(k::cross_entropy_nd(&z, &lt, 1, true).is_err());
 }

@@ -6,8 +6,8 @@ use candle_core::{DType, Device, Tensor};
 use checkmate_executor::{train, Error, Executor, Optimizer, OptimizerKind, SyntheticData};
 use checkmate_graph::{Plan, Step};
 use checkmate_models::{
-    Conv2d, Dense, ImageSize, ModelConfig, Network, NetworkBuilder, Op, Pool2d, Shape,
-    TrainingConfig,
+    Conv2d, ConvTranspose2d, Dense, ImageSize, ModelConfig, Network, NetworkBuilder, Op, Pool2d,
+    Shape, TrainingConfig,
 };
 use checkmate_solver::{solve, strategy_by_name, SolveOptions};
 
@@ -205,17 +205,19 @@ fn bad_input_is_an_error_not_a_panic() {
 
 #[test]
 fn unsupported_layers_are_reported_by_name() {
-    let mut b = NetworkBuilder::new("drop", Shape::new([2, 4]));
-    let d = b.layer("fc", Op::Dense(Dense::new(4)), b.input()).unwrap();
-    let x = b.layer("drop", Op::Dropout { rate: 0.5 }, d).unwrap();
-    let y = b.layer("out", Op::Dense(Dense::new(2)), x).unwrap();
+    let mut b = NetworkBuilder::new("upsample", Shape::new([2, 2, 3, 3]));
+    let mut c = ConvTranspose2d::new(2, 2, 1);
+    c.stride = [1, 2];
+    let x = b.layer("up", Op::ConvTranspose2d(c), b.input()).unwrap();
+    let f = b.layer("flatten", Op::Flatten, x).unwrap();
+    let y = b.layer("out", Op::Dense(Dense::new(2)), f).unwrap();
     let net = b.finish(y, 1).unwrap();
     let mut exec = Executor::new(net, &config(), &Device::Cpu, DType::F32, 1).unwrap();
     let batch = exec.random_batch(1).unwrap();
     let n = exec.graph().len();
     let plan = Plan::new((0..n).map(Step::Compute).collect());
     match exec.run_plan(&plan, &batch) {
-        Err(Error::Unsupported { layer, .. }) => assert_eq!(layer, "drop"),
+        Err(Error::Unsupported { layer, .. }) => assert_eq!(layer, "up"),
         other => panic!("expected Unsupported, got {other:?}"),
     }
 }
