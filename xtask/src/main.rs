@@ -25,7 +25,15 @@ fn main() -> Result<()> {
     match cmd.as_str() {
         "ci" => ci(),
         "bench" => bench(rest),
-        "train" | "profile" => run_release_cli(cmd, rest),
+        "train" => run_release_cli(cmd, rest),
+        // Defaults that finish in about a minute on 2 cores (VGG16 at 32x32, batch 2).
+        "profile" if rest.is_empty() => {
+            let defaults = "--model vgg16 --batch 2 --image-size 32 --max-repeats 15 \
+                            --max-seconds 40 -o profile-vgg16.json";
+            let args: Vec<String> = defaults.split_whitespace().map(String::from).collect();
+            run_release_cli(cmd, &args)
+        }
+        "profile" => run_release_cli(cmd, rest),
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             Ok(())
