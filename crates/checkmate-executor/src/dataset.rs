@@ -40,19 +40,20 @@ impl ArrayData {
     /// 3x32x32 pixel bytes, scaled to `[-1, 1]`), or a directory holding `inputs.npy` (float32,
     /// float64 or uint8, shape `[M, ...example]`) and `labels.npy` (integers, shape `[M]`).
     pub fn read(path: &Path) -> Result<ArrayData> {
+        if !path.exists() {
+            return Err(Error::Config(format!(
+                "--data {}: no such file or directory",
+                path.display()
+            )));
+        }
         if path.is_dir() {
             Self::read_npy_dir(path)
         } else if path.extension().is_some_and(|e| e == "bin") {
             Self::read_cifar10(path)
-        } else if path.exists() {
+        } else {
             Err(Error::Config(format!(
                 "--data {}: expected a CIFAR-10 binary batch (*.bin) or a directory with \
                  inputs.npy and labels.npy",
-                path.display()
-            )))
-        } else {
-            Err(Error::Config(format!(
-                "--data {}: no such file or directory",
                 path.display()
             )))
         }
@@ -252,7 +253,10 @@ impl Npy {
             .ok_or("the header is cut short")?;
         let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
         let descr = dict_value(header, "descr").ok_or("the header has no 'descr'")?;
-        let descr = descr.trim_matches(|c| c == '\'' || c == '"');
+        let descr = match descr.chars().next() {
+            Some(q @ ('\'' | '"')) => descr[1..].split(q).next().unwrap_or(""),
+            _ => return Err("'descr' is not a quoted string".into()),
+        };
         if dict_value(header, "fortran_order").is_some_and(|v| v.starts_with("True")) {
             return Err("Fortran-ordered arrays are not supported; save with C order".into());
         }
