@@ -47,8 +47,9 @@ pub struct StepReport {
 /// Runs plans of a network's training graph on candle tensors.
 ///
 /// Holds the parameters and their gradients (static memory); activations live only in the
-/// registers of [`Executor::run_plan`], one per graph node.
-#[derive(Debug)]
+/// registers of [`Executor::run_plan`], one per graph node. A clone shares the parameter
+/// tensors (never modified in place) and trains independently from there.
+#[derive(Debug, Clone)]
 pub struct Executor {
     net: Network,
     tg: TrainingGraph,
@@ -81,18 +82,21 @@ impl Executor {
             for spec in &layer.params {
                 let dims = spec.shape.dims().to_vec();
                 let count = spec.shape.elements() as usize;
-                let values: Vec<f64> = match spec.name {
+                let t = match spec.name {
                     "kernel" | "weight" | "qkv_kernel" | "out_kernel" => {
                         let fan_in = (count / dims[0].max(1)).max(1) as f64;
                         let a = (6.0 / fan_in).sqrt();
-                        (0..count).map(|_| rng.gen_range(-a..a)).collect()
+                        // Uniform in [-a, a) from the seeded stream, converted in bulk.
+                        let mut bits = vec![0u32; count];
+                        rng.fill(&mut bits[..]);
+                        Tensor::from_vec(bits, dims, device)
+                            .and_then(|t| t.to_dtype(dtype))
+                            .and_then(|t| t.affine(2.0 * a / 4_294_967_296.0, -a))
                     }
-                    "gamma" | "running_var" => vec![1.0; count],
-                    _ => vec![0.0; count],
-                };
-                let t = Tensor::from_vec(values, dims, device)
-                    .and_then(|t| t.to_dtype(dtype))
-                    .ctx(|| format!("initializing {}.{}", layer.name, spec.name))?;
+                    "gamma" | "running_var" => Tensor::ones(dims, dtype, device),
+                    _ => Tensor::zeros(dims, dtype, device),
+                }
+                .ctx(|| format!("initializing {}.{}", layer.name, spec.name))?;
                 ps.push(t);
                 gs.push(None);
             }
@@ -592,7 +596,12 @@ impl Executor {
         let g_pre = match g_out {
             Some(g) if act == Activation::Linear => Some(g),
             Some(g) => {
-                let y = y.ok_or_else(|| self.unsupported(l, "activation gradient needs output"))?;
+                // GELU reads its input only; the others read their output.
+                let y = match (y, xs[0]) {
+                    (Some(y), _) => y,
+                    (None, Some(x)) if !act.grad_needs_output() => x,
+                    _ => return Err(self.unsupported(l, "activation gradient needs the output")),
+                };
                 Some(k::activation_backward(xs[0], y, &g, act, axis).ctx(ctx)?)
             }
             None => None,

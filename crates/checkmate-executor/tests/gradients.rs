@@ -126,11 +126,17 @@ fn conv2d_stride1_same_and_valid() {
     conv_case(Conv2d::new(3, 3).same(), [2, 2, 5, 5], 10);
     conv_case(Conv2d::new(2, 3), [2, 3, 5, 6], 20);
     conv_case(Conv2d::new(2, 1), [1, 3, 3, 3], 25);
+    // Larger maps take candle's convolution forward and the flipped-kernel input gradient.
+    conv_case(Conv2d::new(2, 3).same(), [1, 2, 9, 9], 26);
+    conv_case(Conv2d::new(2, 3), [1, 1, 11, 10], 27);
 }
 
 #[test]
 fn conv2d_strided_and_asymmetric_padding() {
     conv_case(Conv2d::new(2, 3).stride(2), [2, 2, 7, 6], 30);
+    // ResNet's projection shortcut: 1x1, stride 2.
+    conv_case(Conv2d::new(3, 1).stride(2), [2, 2, 5, 4], 35);
+    conv_case(Conv2d::new(2, 7).stride(2), [1, 1, 9, 10], 36);
     // "same" with stride 2 on an even input pads only the bottom/right.
     conv_case(Conv2d::new(2, 3).stride(2).same(), [1, 2, 6, 6], 40);
     conv_case(

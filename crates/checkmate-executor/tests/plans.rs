@@ -168,7 +168,7 @@ fn recomputing_a_backward_node_sets_gradients_once() {
 
 #[test]
 fn loss_falls_with_sgd_and_adam() {
-    for kind in [OptimizerKind::sgd(0.05), OptimizerKind::adam(0.01)] {
+    for kind in [OptimizerKind::sgd(0.01), OptimizerKind::adam(0.01)] {
         let mut exec = Executor::new(small_cnn(), &config(), &Device::Cpu, DType::F32, 7).unwrap();
         let n = exec.graph().len();
         let plan = Plan::new((0..n).map(Step::Compute).collect());
