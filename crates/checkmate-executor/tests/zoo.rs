@@ -42,7 +42,7 @@ fn small(name: &str) -> Network {
 
 fn options() -> SolveOptions {
     SolveOptions {
-        time_limit: Some(Duration::from_secs(3)),
+        time_limit: Some(Duration::from_secs(1)),
         threads: 1,
         ..SolveOptions::default()
     }
