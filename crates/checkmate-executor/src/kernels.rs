@@ -375,17 +375,37 @@ pub fn conv2d_backward(
 /// Window `(a, b)` of every output position: `[N, C, oh, ow]` with element `(y, x)` taken from
 /// `xp[.., a + s*y, b + s*x]`. `xp` must have room for `a + s*oh` rows and `b + s*ow` columns.
 fn window(xp: &Tensor, a: usize, b: usize, s: usize, oh: usize, ow: usize) -> Result<Tensor> {
-    if s == 1 {
-        return xp.narrow(2, a, oh)?.narrow(3, b, ow);
+    window2(xp, a, b, [s, s], [oh, ow])
+}
+
+/// [`window`] with separate row and column strides.
+fn window2(xp: &Tensor, a: usize, b: usize, s: [usize; 2], o: [usize; 2]) -> Result<Tensor> {
+    if s == [1, 1] {
+        return xp.narrow(2, a, o[0])?.narrow(3, b, o[1]);
     }
     let (n, c, _, _) = xp.dims4()?;
-    xp.narrow(2, a, s * oh)?
-        .narrow(3, b, s * ow)?
+    xp.narrow(2, a, s[0] * o[0])?
+        .narrow(3, b, s[1] * o[1])?
         .contiguous()?
-        .reshape((n, c, oh, s, ow, s))?
+        .reshape((n, c, o[0], s[0], o[1], s[1]))?
         .narrow(3, 0, 1)?
         .narrow(5, 0, 1)?
-        .reshape((n, c, oh, ow))
+        .reshape((n, c, o[0], o[1]))
+}
+
+/// The adjoint of [`window2`]: `t` `[N, C, oh, ow]` placed at rows `a + s*y`, columns `b + s*x`
+/// of a zero `[N, C, hq, wq]` tensor.
+fn place(t: &Tensor, a: usize, b: usize, s: [usize; 2], hq: usize, wq: usize) -> Result<Tensor> {
+    let (n, c, oh, ow) = t.dims4()?;
+    let spread = if s == [1, 1] {
+        t.clone()
+    } else {
+        t.reshape((n, c, oh, 1, ow, 1))?
+            .pad_with_zeros(3, 0, s[0] - 1)?
+            .pad_with_zeros(5, 0, s[1] - 1)?
+            .reshape((n, c, oh * s[0], ow * s[1]))?
+    };
+    pad2d(&spread, [a, hq - a - oh * s[0], b, wq - b - ow * s[1]])
 }
 
 /// A one-group, undilated convolution of the padded input `xp` with stride `s`: the unfolded
@@ -466,16 +486,7 @@ fn fold(cols: &Tensor, f: &Fold) -> Result<Tensor> {
     for a in 0..f.kh {
         for b in 0..f.kw {
             let slice = t.narrow(2, a * f.kw + b, 1)?.squeeze(2)?;
-            let spread = if f.s == 1 {
-                slice
-            } else {
-                slice
-                    .reshape((f.n, f.c, f.oh, 1, f.ow, 1))?
-                    .pad_with_zeros(3, 0, f.s - 1)?
-                    .pad_with_zeros(5, 0, f.s - 1)?
-                    .reshape((f.n, f.c, f.oh * f.s, f.ow * f.s))?
-            };
-            let placed = pad2d(&spread, [a, hq - a - f.oh * f.s, b, wq - b - f.ow * f.s])?;
+            let placed = place(&slice, a, b, [f.s, f.s], hq, wq)?;
             acc = Some(match acc {
                 None => placed,
                 Some(acc) => acc.add(&placed)?,
@@ -552,136 +563,178 @@ fn from_f64_vec(v: Vec<f64>, dims: &[usize], dtype: DType, dev: &Device) -> Resu
     Tensor::from_vec(v, dims, dev)?.to_dtype(dtype)
 }
 
-/// The window geometry of a pooling layer on input `[n, c, h, w]`.
-struct Window {
-    n: usize,
-    c: usize,
+/// The geometry of a pooling layer on input `[n, c, h, w]`.
+struct PoolGeom {
     h: usize,
     w: usize,
-    oh: usize,
-    ow: usize,
+    o: [usize; 2],
     k: [usize; 2],
     s: [usize; 2],
-    top: usize,
-    left: usize,
+    pad: [usize; 4],
+    /// Rows and columns of the padded input with room for every strided window.
+    room: [usize; 2],
 }
 
-impl Window {
-    fn new(x: &Tensor, p: &Pool2d) -> Result<Window> {
-        let (n, c, h, w) = x.dims4()?;
+impl PoolGeom {
+    fn new(x: &Tensor, p: &Pool2d) -> Result<PoolGeom> {
+        let (_, _, h, w) = x.dims4()?;
         let pad = p.padding_for([h, w]);
-        let oh = (h + pad[0] + pad[1] - p.pool[0]) / p.stride[0] + 1;
-        let ow = (w + pad[2] + pad[3] - p.pool[1]) / p.stride[1] + 1;
-        Ok(Window {
-            n,
-            c,
+        let (hp, wp) = (h + pad[0] + pad[1], w + pad[2] + pad[3]);
+        if hp < p.pool[0] || wp < p.pool[1] || p.stride.contains(&0) || p.pool.contains(&0) {
+            candle_core::bail!("pool {:?} larger than the padded input {hp}x{wp}", p.pool)
+        }
+        let o = [
+            (hp - p.pool[0]) / p.stride[0] + 1,
+            (wp - p.pool[1]) / p.stride[1] + 1,
+        ];
+        let room = [
+            hp.max(p.pool[0] - 1 + p.stride[0] * o[0]),
+            wp.max(p.pool[1] - 1 + p.stride[1] * o[1]),
+        ];
+        Ok(PoolGeom {
             h,
             w,
-            oh,
-            ow,
+            o,
             k: p.pool,
             s: p.stride,
-            top: pad[0],
-            left: pad[2],
+            pad,
+            room,
         })
     }
 
-    /// Calls `f(out_index, in_index)` for every valid (unpadded) cell of every window, in row-major
-    /// window order.
-    fn for_each(&self, mut f: impl FnMut(usize, usize)) {
-        for plane in 0..self.n * self.c {
-            for oy in 0..self.oh {
-                for ox in 0..self.ow {
-                    let o = (plane * self.oh + oy) * self.ow + ox;
-                    for a in 0..self.k[0] {
-                        let Some(iy) = (oy * self.s[0] + a).checked_sub(self.top) else {
-                            continue;
-                        };
-                        if iy >= self.h {
-                            continue;
-                        }
-                        for b in 0..self.k[1] {
-                            let Some(ix) = (ox * self.s[1] + b).checked_sub(self.left) else {
-                                continue;
-                            };
-                            if ix >= self.w {
-                                continue;
-                            }
-                            f(o, (plane * self.h + iy) * self.w + ix);
-                        }
-                    }
-                }
-            }
+    /// `x` padded with `fill` (0 or a huge negative value) to the room size.
+    fn padded(&self, x: &Tensor, fill: f64) -> Result<Tensor> {
+        let p = [
+            self.pad[0],
+            self.room[0] - self.h - self.pad[0],
+            self.pad[2],
+            self.room[1] - self.w - self.pad[2],
+        ];
+        let xp = pad2d(x, p)?;
+        if fill == 0.0 {
+            return Ok(xp);
         }
+        // 0 inside, `fill` on the border.
+        let border = pad2d(&x.ones_like()?, p)?.affine(-fill, fill)?;
+        xp.add(&border)
+    }
+
+    /// The unpadded input from a room-sized tensor.
+    fn unpad(&self, t: &Tensor) -> Result<Tensor> {
+        t.narrow(2, self.pad[0], self.h)?
+            .narrow(3, self.pad[2], self.w)?
+            .contiguous()
+    }
+
+    fn offsets(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.k[0]).flat_map(move |a| (0..self.k[1]).map(move |b| (a, b)))
+    }
+
+    fn window(&self, xp: &Tensor, a: usize, b: usize) -> Result<Tensor> {
+        window2(xp, a, b, self.s, self.o)
+    }
+
+    fn place(&self, t: &Tensor, a: usize, b: usize) -> Result<Tensor> {
+        place(t, a, b, self.s, self.room[0], self.room[1])
+    }
+
+    /// Elementwise maximum over the windows (padded cells hold a huge negative value).
+    fn max(&self, xp: &Tensor) -> Result<Tensor> {
+        let mut acc: Option<Tensor> = None;
+        for (a, b) in self.offsets() {
+            let w = self.window(xp, a, b)?;
+            acc = Some(match acc {
+                None => w.contiguous()?,
+                Some(m) => m.maximum(&w)?,
+            });
+        }
+        acc.ok_or_else(|| candle_core::Error::Msg("empty pooling window".into()))
+    }
+
+    /// Window sums in offset order, and the number of unpadded cells per window.
+    fn sum_and_count(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let xp = self.padded(x, 0.0)?;
+        let ones = self.padded(&x.ones_like()?, 0.0)?;
+        let mut sum: Option<(Tensor, Tensor)> = None;
+        for (a, b) in self.offsets() {
+            let (w, c) = (self.window(&xp, a, b)?, self.window(&ones, a, b)?);
+            sum = Some(match sum {
+                None => (w.contiguous()?, c.contiguous()?),
+                Some((s, n)) => (s.add(&w)?, n.add(&c)?),
+            });
+        }
+        sum.ok_or_else(|| candle_core::Error::Msg("empty pooling window".into()))
     }
 }
 
-/// Max pooling (padded cells never win).
+/// Padding value that never wins a max.
+const NEG_FILL: f64 = -(f32::MAX as f64);
+
+/// Max pooling (padded cells never win): candle's kernel without padding, else the elementwise
+/// maximum of the strided windows.
 pub fn max_pool2d_forward(x: &Tensor, p: &Pool2d) -> Result<Tensor> {
-    let win = Window::new(x, p)?;
-    let pad = p.padding_for([win.h, win.w]);
-    if pad == [0; 4] {
+    let geo = PoolGeom::new(x, p)?;
+    if geo.pad == [0; 4] {
         return x.max_pool2d_with_stride((p.pool[0], p.pool[1]), (p.stride[0], p.stride[1]));
     }
-    let xv = to_f64_vec(x)?;
-    let mut out = vec![f64::NEG_INFINITY; win.n * win.c * win.oh * win.ow];
-    win.for_each(|o, i| {
-        if xv[i] > out[o] {
-            out[o] = xv[i];
-        }
-    });
-    from_f64_vec(out, &[win.n, win.c, win.oh, win.ow], x.dtype(), x.device())
+    geo.max(&geo.padded(x, NEG_FILL)?)
 }
 
-/// Input gradient of max pooling: each window's gradient goes to the first cell holding its
-/// maximum (read from the input `x`).
+/// Input gradient of max pooling: each window's gradient goes to the first cell (row-major)
+/// holding its maximum (read from the input `x`). Whole-tensor operations per window offset, in a
+/// fixed order.
 pub fn max_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor> {
-    let win = Window::new(x, p)?;
-    let xv = to_f64_vec(x)?;
-    let gv = to_f64_vec(g)?;
-    let outs = win.n * win.c * win.oh * win.ow;
-    let mut best = vec![f64::NEG_INFINITY; outs];
-    let mut arg = vec![usize::MAX; outs];
-    win.for_each(|o, i| {
-        if xv[i] > best[o] {
-            best[o] = xv[i];
-            arg[o] = i;
-        }
-    });
-    let mut dx = vec![0f64; xv.len()];
-    for (o, &i) in arg.iter().enumerate() {
-        if i != usize::MAX {
-            dx[i] += gv[o];
-        }
+    let geo = PoolGeom::new(x, p)?;
+    let xp = geo.padded(x, NEG_FILL)?;
+    let y = geo.max(&xp)?;
+    let mut taken: Option<Tensor> = None;
+    let mut acc: Option<Tensor> = None;
+    for (a, b) in geo.offsets() {
+        let hit = geo.window(&xp, a, b)?.eq(&y)?.to_dtype(x.dtype())?;
+        let first = match &taken {
+            None => hit,
+            Some(t) => hit.mul(&t.affine(-1.0, 1.0)?)?,
+        };
+        let placed = geo.place(&first.mul(g)?, a, b)?;
+        acc = Some(match acc {
+            None => placed,
+            Some(s) => s.add(&placed)?,
+        });
+        taken = Some(match taken {
+            None => first,
+            Some(t) => t.add(&first)?,
+        });
     }
-    from_f64_vec(dx, x.dims(), x.dtype(), x.device())
+    let Some(acc) = acc else {
+        candle_core::bail!("empty pooling window")
+    };
+    geo.unpad(&acc)
 }
 
 /// Average pooling (padded cells not counted).
 pub fn avg_pool2d_forward(x: &Tensor, p: &Pool2d) -> Result<Tensor> {
-    let win = Window::new(x, p)?;
-    let xv = to_f64_vec(x)?;
-    let outs = win.n * win.c * win.oh * win.ow;
-    let mut sum = vec![0f64; outs];
-    let mut count = vec![0f64; outs];
-    win.for_each(|o, i| {
-        sum[o] += xv[i];
-        count[o] += 1.0;
-    });
-    let out = sum.iter().zip(&count).map(|(s, c)| s / c).collect();
-    from_f64_vec(out, &[win.n, win.c, win.oh, win.ow], x.dtype(), x.device())
+    let geo = PoolGeom::new(x, p)?;
+    let (sum, count) = geo.sum_and_count(x)?;
+    sum.div(&count)
 }
 
-/// Input gradient of average pooling.
+/// Input gradient of average pooling (`x` gives the shape only).
 pub fn avg_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor> {
-    let win = Window::new(x, p)?;
-    let gv = to_f64_vec(g)?;
-    let outs = win.n * win.c * win.oh * win.ow;
-    let mut count = vec![0f64; outs];
-    win.for_each(|o, _| count[o] += 1.0);
-    let mut dx = vec![0f64; x.elem_count()];
-    win.for_each(|o, i| dx[i] += gv[o] / count[o]);
-    from_f64_vec(dx, x.dims(), x.dtype(), x.device())
+    let geo = PoolGeom::new(x, p)?;
+    let (_, count) = geo.sum_and_count(&x.zeros_like()?)?;
+    let share = g.div(&count)?;
+    let mut acc: Option<Tensor> = None;
+    for (a, b) in geo.offsets() {
+        let placed = geo.place(&share, a, b)?;
+        acc = Some(match acc {
+            None => placed,
+            Some(s) => s.add(&placed)?,
+        });
+    }
+    let Some(acc) = acc else {
+        candle_core::bail!("empty pooling window")
+    };
+    geo.unpad(&acc)
 }
 
 /// Per-example cross-entropy of a `[N, C]` prediction against `u32` labels `[N]`: from logits

@@ -525,3 +525,38 @@ fn per_position_cross_entropy_for_segmentation_and_tokens() {
     // Labels of the wrong shape are an error.
     assert!(k::cross_entropy_nd(&z, &lt, 1, true).is_err());
 }
+
+#[test]
+fn max_pool_ties_send_the_gradient_to_the_first_cell() {
+    // Two windows of equal values (as after a ReLU), one with a unique maximum.
+    let x = Tensor::new(
+        &[[[[0f64, 0.0, 1.0, 2.0], [0.0, 0.0, 3.0, 2.0]]]],
+        &Device::Cpu,
+    )
+    .unwrap();
+    let g = Tensor::new(&[[[[5f64, 7.0]]]], &Device::Cpu).unwrap();
+    let dx = k::max_pool2d_backward(&x, &g, &Pool2d::new(2, 2)).unwrap();
+    assert_eq!(
+        dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+        vec![5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 7.0, 0.0]
+    );
+    // Overlapping windows (3x3, stride 2) with padding: gradients of both windows add up.
+    let mut p = Pool2d::new(3, 2);
+    p.padding = Padding::Same;
+    let x = Tensor::new(
+        &[[[[1f64, 2.0, 9.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]],
+        &Device::Cpu,
+    )
+    .unwrap();
+    let y = k::max_pool2d_forward(&x, &p).unwrap();
+    assert_eq!(
+        y.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+        vec![9.0, 9.0]
+    );
+    let g = Tensor::new(&[[[[1f64, 10.0]]]], &Device::Cpu).unwrap();
+    let dx = k::max_pool2d_backward(&x, &g, &p).unwrap();
+    assert_eq!(
+        dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+        vec![0.0, 0.0, 11.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    );
+}
