@@ -12,7 +12,7 @@
 //!
 //! The LP optimum at the full budget is a lower bound on the optimal cost and is reported as such.
 
-mod repair;
+pub(crate) mod repair;
 
 use std::time::{Duration, Instant};
 
@@ -135,13 +135,6 @@ impl Strategy for LpRound {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
-        if budget_bytes < graph.min_feasible_activation_bytes() {
-            return Ok(Outcome {
-                plan: None,
-                status: Status::Infeasible,
-                lower_bound: None,
-            });
-        }
         let start = Instant::now();
         let limit = default_limit(graph, options);
         let deadline = start + limit;
@@ -235,6 +228,11 @@ impl Strategy for LpRound {
             if let Some(j) = repair::repair(graph, cand, budget_bytes, deadline) {
                 consider(j, &mut best, &mut Vec::new());
             }
+        }
+        if best.is_none() {
+            // Near the least feasible budget: lower the least-peak baseline by repair until it fits.
+            let j = crate::milp::least_peak_heuristic(graph, options, budget_bytes, deadline);
+            consider(j, &mut best, &mut Vec::new());
         }
         let best = best.map(|b| repair::improve(graph, b, budget_bytes, deadline));
         Ok(match best {

@@ -152,7 +152,17 @@ pub fn solve(
     let name = strategy.name();
     let _span = tracing::info_span!("solve", strategy = name, budget_bytes).entered();
     let start = Instant::now();
-    let outcome = strategy.plan(graph, budget_bytes, options)?;
+    // No plan of any strategy fits below the largest single-compute need (a node, its inputs and
+    // its workspace live together): answer without running the strategy.
+    let outcome = if budget_bytes < graph.min_feasible_activation_bytes() {
+        Outcome {
+            plan: None,
+            status: Status::Infeasible,
+            lower_bound: None,
+        }
+    } else {
+        strategy.plan(graph, budget_bytes, options)?
+    };
     let solve_seconds = start.elapsed().as_secs_f64();
     let simulation = match &outcome.plan {
         Some(plan) => Some(simulate(graph, plan).map_err(|source| Error::InvalidPlan {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use checkmate_graph::{Graph, Plan, Schedule};
 
 use crate::error::Result;
-use crate::strategy::{Outcome, SolveOptions, Status, Strategy};
+use crate::strategy::{Formulation, Outcome, SolveOptions, Status, Strategy};
 use model::{BudgetMode, Model};
 use run::{RunOptions, RunStatus};
 
@@ -74,6 +74,35 @@ pub(crate) fn best_heuristic(
         }
     }
     best
+}
+
+/// `lp-round`'s plan as an incumbent, given at most a quarter of the time limit.
+fn lp_round_incumbent(
+    graph: &Graph,
+    budget: u64,
+    options: &SolveOptions,
+    start: Instant,
+) -> Option<Incumbent> {
+    let mut opts = options.clone();
+    opts.time_limit = options
+        .time_limit
+        .map(|l| l.mul_f64(0.25).saturating_sub(start.elapsed()));
+    if opts.time_limit.is_some_and(|l| l.is_zero()) {
+        return None;
+    }
+    let plan = crate::lp_round::LpRound
+        .plan(graph, budget, &opts)
+        .ok()?
+        .plan?;
+    let keeps = warm::keeps_of_plan(graph, &plan);
+    let schedule = warm::schedule_for_keeps(graph, &keeps);
+    let (plan, peak, cost) = warm::judge(graph, &schedule)?;
+    tracing::debug!(cost, peak, "lp-round incumbent");
+    (peak <= budget).then_some(Incumbent {
+        schedule,
+        plan,
+        cost,
+    })
 }
 
 /// Result of one MILP solve with extraction.
@@ -201,16 +230,117 @@ pub(crate) fn solve_milp(
     })
 }
 
-/// The least activation budget of any frontier-advancing schedule, solved as a MILP that minimizes
-/// the peak. `Ok(Some)` only when proven optimal within the time limit.
-pub fn least_feasible_budget(graph: &Graph, options: &SolveOptions) -> Result<Option<u64>> {
-    let model = Model::build(graph, BudgetMode::MinPeak, options.formulation, true);
-    let incumbent = best_heuristic(graph, u64::MAX, options);
-    let warm_start = incumbent
-        .as_ref()
-        .and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
+/// What is known about the least activation budget at which a plan exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeastFeasible {
+    /// The least peak of a schedule found: a plan exists at this budget.
+    pub bytes: u64,
+    /// A proven lower bound: no frontier-advancing schedule peaks below it.
+    pub lower_bound: u64,
+}
+
+impl LeastFeasible {
+    /// Whether `bytes` is proven to be the least feasible budget.
+    pub fn proven(&self) -> bool {
+        self.bytes <= self.lower_bound
+    }
+}
+
+/// The baseline schedule with the least peak, then lowered by repeatedly repairing it at one byte
+/// below its peak (dropping keeps live where the memory peaks) until its peak is at most `target`,
+/// a repair fails or the deadline passes.
+pub(crate) fn least_peak_heuristic(
+    graph: &Graph,
+    options: &SolveOptions,
+    target: u64,
+    deadline: Instant,
+) -> crate::lp_round::Judged {
+    use crate::lp_round::{repair, Judged};
+    let mut best: Option<Judged> = None;
+    for &name in crate::STRATEGY_NAMES {
+        if name == NAME || name == crate::lp_round::NAME {
+            continue;
+        }
+        let Ok(strategy) = crate::strategy_by_name(name) else {
+            continue;
+        };
+        let Ok(Some(least)) = strategy.least_feasible_budget(graph, options) else {
+            continue;
+        };
+        if best.as_ref().is_some_and(|b| b.peak <= least) {
+            continue;
+        }
+        let Ok(Outcome {
+            plan: Some(plan), ..
+        }) = strategy.plan(graph, least, options)
+        else {
+            continue;
+        };
+        let keeps = warm::keeps_of_plan(graph, &plan);
+        if let Some(j) = Judged::of(graph, keeps, least) {
+            if best.as_ref().map_or(true, |b| j.peak < b.peak) {
+                best = Some(j);
+            }
+        }
+    }
+    let mut cur = best.unwrap_or_else(|| {
+        let plan = crate::baselines::CheckpointAll::schedule(graph).to_plan(graph);
+        Judged::of(graph, warm::keeps_of_plan(graph, &plan), u64::MAX)
+            .expect("checkpoint-all is valid")
+    });
+    let target = target.max(graph.min_feasible_activation_bytes());
+    while cur.peak > target && Instant::now() < deadline {
+        let goal = cur.peak - 1;
+        let Some(start) = Judged::of(graph, cur.keeps.clone(), goal) else {
+            break;
+        };
+        match repair::repair(graph, start, goal, deadline) {
+            Some(j) if j.peak < cur.peak => cur = j,
+            _ => break,
+        }
+    }
+    cur
+}
+
+/// The least activation budget of any frontier-advancing schedule, as far as `options.time_limit`
+/// allows (default 60 s).
+///
+/// The lower bound starts at [`Graph::min_feasible_activation_bytes`] (a node, its inputs and its
+/// workspace are live together); the best peak starts at the least-peak baseline lowered by repair
+/// ([`least_peak_heuristic`]). When they differ, the MILP that minimizes the peak, bounded by both
+/// and warm-started with that schedule, closes the gap or raises the bound to its proven dual bound.
+pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeasible> {
+    let start = Instant::now();
+    let limit = options.time_limit.unwrap_or(Duration::from_secs(60));
+    let floor = graph.min_feasible_activation_bytes();
+    let heuristic_deadline = start + limit.mul_f64(0.25);
+    let heuristic = least_peak_heuristic(graph, options, floor, heuristic_deadline);
+    let (schedule, peak) = (heuristic.schedule, heuristic.peak);
+    let mut out = LeastFeasible {
+        bytes: peak,
+        lower_bound: floor.min(peak),
+    };
+    tracing::debug!(
+        floor,
+        heuristic = peak,
+        seconds = start.elapsed().as_secs_f64(),
+        "least peak heuristic"
+    );
+    if out.proven() {
+        return Ok(out);
+    }
+    let model = Model::build(
+        graph,
+        BudgetMode::MinPeak {
+            lo: floor,
+            hi: peak,
+        },
+        options.formulation,
+        true,
+    );
+    let warm_start = warm::warm_vector(graph, &model, &schedule);
     let opts = RunOptions {
-        time_limit: options.time_limit,
+        time_limit: remaining(start, Some(limit)),
         mip_gap: 0.0,
         threads: options.threads,
         warm_start,
@@ -218,14 +348,29 @@ pub fn least_feasible_budget(graph: &Graph, options: &SolveOptions) -> Result<Op
         strategy: NAME,
     };
     let res = run::run(&model, &opts)?;
-    if res.status != RunStatus::Optimal {
-        return Ok(None);
+    if let Some(x) = res.x.as_ref() {
+        let schedule = warm::schedule_for_keeps(graph, &warm::keeps_of_solution(&model, x));
+        if let Some((_, p, _)) = warm::judge(graph, &schedule) {
+            out.bytes = out.bytes.min(p);
+        }
     }
-    let Some(x) = res.x.as_ref() else {
-        return Ok(None);
-    };
-    let schedule = warm::schedule_for_keeps(graph, &warm::keeps_of_solution(&model, x));
-    Ok(warm::judge(graph, &schedule).map(|(_, peak, _)| peak))
+    if res.status == RunStatus::Optimal {
+        // The model's least peak is the least simulated peak (docs/FORMULATION.md).
+        out.lower_bound = out.bytes;
+    } else if let Some(d) = res.dual_bound {
+        // Sizes are multiples of `scale` bytes when it is their gcd; round down to be safe.
+        let bound = (d * model.scale * (1.0 - 1e-9)).floor().max(0.0) as u64;
+        out.lower_bound = out.lower_bound.max(bound).min(out.bytes);
+    }
+    tracing::debug!(?out, status = ?res.status, seconds = start.elapsed().as_secs_f64(), "least feasible budget");
+    Ok(out)
+}
+
+/// The least activation budget of any frontier-advancing schedule, when proven within the time
+/// limit (see [`least_feasible`]).
+pub fn least_feasible_budget(graph: &Graph, options: &SolveOptions) -> Result<Option<u64>> {
+    let lf = least_feasible(graph, options)?;
+    Ok(lf.proven().then_some(lf.bytes))
 }
 
 impl Strategy for Milp {
@@ -234,22 +379,26 @@ impl Strategy for Milp {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
-        if budget_bytes < graph.min_feasible_activation_bytes() {
-            return Ok(Outcome {
-                plan: None,
-                status: Status::Infeasible,
-                lower_bound: None,
-            });
-        }
-        let incumbent = if options.warm_start {
+        let start = Instant::now();
+        let mut incumbent = if options.warm_start {
             best_heuristic(graph, budget_bytes, options)
         } else {
             None
         };
+        if options.warm_start && options.formulation == Formulation::Fast {
+            if let Some(inc) = lp_round_incumbent(graph, budget_bytes, options, start) {
+                if incumbent.as_ref().map_or(true, |b| inc.cost < b.cost) {
+                    incumbent = Some(inc);
+                }
+            }
+        }
         if let Some(inc) = &incumbent {
             tracing::debug!(cost = inc.cost, "warm start");
         }
-        let res = solve_milp(graph, budget_bytes, options, incumbent)?;
+        // The time limit covers the heuristics too.
+        let mut rest = options.clone();
+        rest.time_limit = remaining(start, options.time_limit);
+        let res = solve_milp(graph, budget_bytes, &rest, incumbent)?;
         let lower_bound = res.lower_bound.map(|b| {
             b.max(graph.total_cost())
                 .min(res.best.as_ref().map_or(f64::INFINITY, |b| b.cost))

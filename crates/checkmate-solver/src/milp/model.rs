@@ -80,8 +80,14 @@ impl Expr {
 pub(crate) enum BudgetMode {
     /// A fixed activation budget in bytes.
     Bytes(u64),
-    /// Minimize the peak (a variable) instead of the cost.
-    MinPeak,
+    /// Minimize the peak (a variable) instead of the cost, knowing it lies in `[lo, hi]` bytes
+    /// (a proven lower bound and the peak of a known schedule).
+    MinPeak {
+        /// Proven lower bound on the least peak.
+        lo: u64,
+        /// Peak of a known schedule.
+        hi: u64,
+    },
 }
 
 /// Per-graph facts both formulations use.
@@ -156,7 +162,7 @@ impl Model {
         let facts = Facts::of(graph);
         let hint = match budget {
             BudgetMode::Bytes(b) => b,
-            BudgetMode::MinPeak => graph.nodes().iter().map(|x| x.bytes).sum(),
+            BudgetMode::MinPeak { hi, .. } => hi,
         };
         let scale = memory_scale(graph, hint);
         let mem: Vec<f64> = graph
@@ -179,13 +185,18 @@ impl Model {
         };
         let budget_units = match budget {
             BudgetMode::Bytes(b) => Some(b as f64 / scale),
-            BudgetMode::MinPeak => None,
+            BudgetMode::MinPeak { .. } => None,
         };
         m.budget_units = budget_units;
-        let u_hi = budget_units.unwrap_or(f64::INFINITY);
-        let peak = match budget {
-            BudgetMode::MinPeak => Some(m.add_col(ColKind::Peak, 1.0, 0.0, f64::INFINITY, false)),
-            BudgetMode::Bytes(_) => None,
+        let (u_hi, peak) = match budget {
+            BudgetMode::Bytes(_) => (budget_units.unwrap_or(f64::INFINITY), None),
+            BudgetMode::MinPeak { lo, hi } => {
+                // The bounds cut the search: no schedule peaks below `lo`, and one peaks at `hi`.
+                let (lo, hi) = (lo as f64 / scale, hi as f64 / scale);
+                let lo = (lo * (1.0 - 1e-9)).min(hi);
+                let hi = hi * (1.0 + 1e-9) + 1e-9;
+                (hi, Some(m.add_col(ColKind::Peak, 1.0, lo, hi, false)))
+            }
         };
         let obj_r = if peak.is_some() { 0.0 } else { 1.0 };
 
@@ -280,6 +291,34 @@ impl Model {
                         .add(m.r[t * n + i], -1.0)
                         .add(m.s[t * n + i], -1.0);
                     m.add_row(e, f64::NEG_INFINITY, 0.0);
+                }
+            }
+        }
+
+        if !paper {
+            // No useless work: a compute (other than t) or a keep in stage t is read in the stage
+            // or kept into the next one. Some optimal schedule satisfies this (dropping useless
+            // work costs nothing and frees memory).
+            for t in 0..n {
+                for i in 0..t {
+                    let sn = if t + 1 < n {
+                        m.s[(t + 1) * n + i]
+                    } else {
+                        Var::Zero
+                    };
+                    for v in [m.r[t * n + i], m.s[t * n + i]] {
+                        if !matches!(v, Var::Col(_)) {
+                            continue;
+                        }
+                        let mut e = Expr::default();
+                        e.add(v, 1.0).add(sn, -1.0);
+                        for &j in graph.succs(i) {
+                            if j <= t {
+                                e.add(m.r[t * n + j], -1.0);
+                            }
+                        }
+                        m.add_row(e, f64::NEG_INFINITY, 0.0);
+                    }
                 }
             }
         }
