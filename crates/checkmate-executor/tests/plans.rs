@@ -221,3 +221,116 @@ fn unsupported_layers_are_reported_by_name() {
         other => panic!("expected Unsupported, got {other:?}"),
     }
 }
+
+/// conv, batch norm, ReLU, dropout, conv to 3 classes per pixel, softmax over the classes: a tiny
+/// segmentation network.
+fn small_segmenter() -> Network {
+    let mut b = NetworkBuilder::new("seg", Shape::new([2, 2, 4, 4]));
+    let x = b
+        .layer("conv1", Op::Conv2d(Conv2d::new(4, 3).same()), b.input())
+        .unwrap();
+    let x = b
+        .layer(
+            "bn",
+            Op::BatchNorm(checkmate_models::BatchNorm::default()),
+            x,
+        )
+        .unwrap();
+    let x = b
+        .layer(
+            "relu",
+            Op::Activation(checkmate_models::Activation::Relu),
+            x,
+        )
+        .unwrap();
+    let x = b.layer("drop", Op::Dropout { rate: 0.3 }, x).unwrap();
+    let x = b.layer("conv2", Op::Conv2d(Conv2d::new(3, 1)), x).unwrap();
+    let x = b
+        .layer("reshape", Op::Reshape { dims: vec![3, 16] }, x)
+        .unwrap();
+    let x = b
+        .layer(
+            "softmax",
+            Op::Activation(checkmate_models::Activation::Softmax),
+            x,
+        )
+        .unwrap();
+    b.finish(x, 1).unwrap()
+}
+
+#[test]
+fn recomputing_batch_norm_and_dropout_changes_nothing() {
+    let net = small_segmenter();
+    let mut exec = Executor::new(net, &config(), &Device::Cpu, DType::F32, 3).unwrap();
+    let g = exec.graph().clone();
+    let n = g.len();
+    let data = SyntheticData::new(&exec, 0.2, 4).unwrap();
+    let batch = data.batch(&exec, 0).unwrap();
+    let base = exec.clone();
+    let all = Plan::new((0..n).map(Step::Compute).collect());
+    let report = exec.run_plan(&all, &batch).unwrap();
+    // Running statistics moved once: mean = 0.01 * batch mean from zero.
+    let bn = exec.network().layer_by_name("bn").unwrap();
+    let running_mean = exec.params()[bn][2].to_vec1::<f32>().unwrap();
+    assert!(running_mean.iter().any(|&m| m != 0.0));
+    let want: Vec<Vec<f32>> = exec
+        .params()
+        .iter()
+        .flatten()
+        .chain(exec.grads().iter().flatten().flatten())
+        .map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        .collect();
+    // Recompute batch norm and dropout twice each before the backward pass needs them.
+    let (bn_node, drop_node) = (bn, exec.network().layer_by_name("drop").unwrap());
+    let loss = exec.training_graph().loss_node;
+    let mut steps: Vec<Step> = (0..=loss).map(Step::Compute).collect();
+    for v in [drop_node, bn_node] {
+        // Free everything downstream that reads v first, so the recompute is legal.
+        steps.push(Step::Free(v));
+        steps.push(Step::Compute(v));
+        steps.push(Step::Free(v));
+        steps.push(Step::Compute(v));
+    }
+    steps.extend((loss + 1..n).map(Step::Compute));
+    let mut again = base;
+    let r2 = again.run_plan(&Plan::new(steps), &batch).unwrap();
+    assert_eq!(r2.loss, report.loss);
+    assert_eq!(r2.computes, n + 4);
+    let got: Vec<Vec<f32>> = again
+        .params()
+        .iter()
+        .flatten()
+        .chain(again.grads().iter().flatten().flatten())
+        .map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        .collect();
+    assert_eq!(got, want, "recomputation changed parameters or gradients");
+    // The next step draws a new dropout mask (same batch, same weights, other loss).
+    let r3 = again.run_plan(&all, &batch).unwrap();
+    assert_ne!(r3.loss, r2.loss);
+}
+
+#[test]
+fn segmentation_and_token_losses_fall_on_synthetic_data() {
+    let mut c = ModelConfig::new(4).with_classes(5);
+    c.width = Some(16);
+    c.heads = Some(2);
+    c.depth = Some(1);
+    c.seq_len = Some(6);
+    let transformer = checkmate_models::transformer(&c).unwrap();
+    for (net, lr) in [(small_segmenter(), 0.05), (transformer, 0.01)] {
+        let name = net.name().to_string();
+        let mut exec = Executor::new(net, &config(), &Device::Cpu, DType::F32, 5).unwrap();
+        let n = exec.graph().len();
+        let plan = Plan::new((0..n).map(Step::Compute).collect());
+        let data = SyntheticData::new(&exec, 0.2, 6).unwrap();
+        let mut opt = Optimizer::new(OptimizerKind::adam(lr)).unwrap();
+        let losses: Vec<f64> = train(&mut exec, &plan, &data, &mut opt, 40)
+            .unwrap()
+            .iter()
+            .map(|r| r.loss)
+            .collect();
+        let first: f64 = losses[..5].iter().sum::<f64>() / 5.0;
+        let last: f64 = losses[35..].iter().sum::<f64>() / 5.0;
+        assert!(last < 0.6 * first, "{name}: loss {first} -> {last}");
+    }
+}
