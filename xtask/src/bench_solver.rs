@@ -8,6 +8,8 @@
 //! Options: `--time-limit SEC` (per MILP solve, default 300), `--lf-time-limit SEC` (least feasible
 //! budget, default 60), `--out FILE`, `--graphs DIR`, `--only SUBSTRING` (graphs whose file name
 //! contains it), `--no-paper`, `--random` (also run `lp-round` on the random layered graphs).
+//! `--strategies a,b` runs only those; `--lf NAME=BYTES` (repeatable) takes LF as given for graphs
+//! whose file name contains NAME (to rerun some strategies at another run's budgets).
 //! `lp-round` runs with its default time limit (as `checkmate solve` does without `--time-limit`).
 //! The file is rewritten after every graph, so an interrupted run leaves what it measured.
 
@@ -30,6 +32,10 @@ struct Args {
     only: Option<String>,
     paper: bool,
     random: bool,
+    /// Only these strategies (all when empty).
+    strategies: Vec<String>,
+    /// Least feasible budgets given on the command line (graph name substring, bytes).
+    lf_given: Vec<(String, u64)>,
 }
 
 fn parse(args: &[String]) -> Result<Args> {
@@ -42,6 +48,8 @@ fn parse(args: &[String]) -> Result<Args> {
         only: None,
         paper: true,
         random: false,
+        strategies: Vec::new(),
+        lf_given: Vec::new(),
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -54,6 +62,14 @@ fn parse(args: &[String]) -> Result<Args> {
             "--only" => a.only = Some(value()?.clone()),
             "--no-paper" => a.paper = false,
             "--random" => a.random = true,
+            "--strategies" => {
+                a.strategies = value()?.split(',').map(str::to_string).collect();
+            }
+            "--lf" => {
+                let v = value()?;
+                let (name, bytes) = v.split_once('=').context("--lf wants NAME=BYTES")?;
+                a.lf_given.push((name.to_string(), bytes.parse()?));
+            }
             other => bail!("unknown option {other}; see xtask/src/bench_solver.rs"),
         }
     }
@@ -354,7 +370,18 @@ pub fn run(args: &[String]) -> Result<()> {
             time_limit: Some(a.lf_time_limit),
             ..options.clone()
         };
-        let lfr = milp::least_feasible(&g, &lf_opts)?;
+        let given = a
+            .lf_given
+            .iter()
+            .find(|(name, _)| stem.contains(name.as_str()))
+            .map(|&(_, b)| b);
+        let lfr = match given {
+            Some(bytes) => milp::LeastFeasible {
+                bytes,
+                lower_bound: g.min_feasible_activation_bytes().min(bytes),
+            },
+            None => milp::least_feasible(&g, &lf_opts)?,
+        };
         let lf_seconds = t0.elapsed().as_secs_f64();
         let lf = lfr.bytes;
         let lf_text = if lfr.proven() {
@@ -385,6 +412,9 @@ pub fn run(args: &[String]) -> Result<()> {
             eprintln!(" budget LF+{:.0}% = {budget}", frac * 100.0);
             let mut rows = Vec::new();
             for &name in STRATEGY_NAMES {
+                if !a.strategies.is_empty() && !a.strategies.iter().any(|s| s == name) {
+                    continue;
+                }
                 let opts = if name == "lp-round" {
                     &lp_options
                 } else {

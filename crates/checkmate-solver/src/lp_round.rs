@@ -1,9 +1,16 @@
 //! `lp-round`: Checkmate's two-phase LP rounding, then repair and local search.
 //!
-//! 1. Solve the LP relaxation of the (default) formulation at `(1 - eps) * budget`.
+//! 0. Starting points: the cheapest baseline within budget; when none fits, the least-peak
+//!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, a quarter of the time).
+//! 1. Solve the LP relaxation of the (default) formulation at `(1 - eps) * budget` (the LPs get
+//!    40% of the time limit).
 //! 2. Round `S`: a deterministic threshold sweep (0.5 first, then 0.1..0.9) and seeded randomized
 //!    rounding; `R` from Algorithm 2; judge each candidate with the simulator.
-//! 3. Search `eps` (0.1 first as in the paper, then 0, 0.05, 0.2, ... 0.5) while time allows.
+//! 3. Search `eps` (0 first, which gives the lower bound, then the paper's 0.1, then 0.05 and
+//!    0.2 ... 0.5 only while no rounding fits) while time allows.
+//! 3b. The LP at the full budget re-solved with its integral keeps fixed: a small MILP over the
+//!    fractional keeps and the computes, warm-started with the best plan so far (60% of the
+//!    remaining time).
 //! 4. Beyond the paper: candidates over budget are repaired by greedily dropping keeps that are live
 //!    where the memory timeline peaks ([`repair`]); the best plan within budget is then improved
 //!    by local search that keeps recomputed tensors longer when that stays within budget. The
@@ -22,7 +29,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::Result;
-use crate::milp::model::{BudgetMode, Model};
+use crate::milp::model::{BudgetMode, ColKind, Model};
 use crate::milp::run::{self, RunOptions};
 use crate::milp::warm;
 use crate::strategy::{Formulation, Outcome, SolveOptions, Status, Strategy};
@@ -35,7 +42,7 @@ pub const NAME: &str = "lp-round";
 pub struct LpRound;
 
 /// Reductions of the budget tried for the LP, in order.
-const EPS: &[f64] = &[0.1, 0.0, 0.05, 0.2, 0.3, 0.4, 0.5];
+const EPS: &[f64] = &[0.0, 0.1, 0.05, 0.2, 0.3, 0.4, 0.5];
 /// Randomized roundings per LP solution.
 const RANDOM_SAMPLES: usize = 16;
 /// Largest graph for which the LP is attempted (above it the LP alone takes minutes).
@@ -122,11 +129,13 @@ fn randomized(frac: &[Vec<f64>], rng: &mut ChaCha8Rng) -> Vec<FixedBitSet> {
         .collect()
 }
 
-/// Deadline for the whole strategy: the given time limit, or one that grows with the graph.
+/// Deadline for the whole strategy: the given time limit, or one that grows with the graph
+/// (0.25 s per node, 8 to 30 s: the LP of a 71-node graph alone takes about 2 s on one core, and
+/// the fixed-keep MILP needs several more to reach 5% of the optimum at tight budgets).
 fn default_limit(graph: &Graph, options: &SolveOptions) -> Duration {
     options
         .time_limit
-        .unwrap_or_else(|| Duration::from_secs_f64((graph.len() as f64 * 0.02).clamp(4.0, 90.0)))
+        .unwrap_or_else(|| Duration::from_secs_f64((graph.len() as f64 * 0.25).clamp(8.0, 30.0)))
 }
 
 impl Strategy for LpRound {
@@ -135,123 +144,214 @@ impl Strategy for LpRound {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
-        let start = Instant::now();
-        let limit = default_limit(graph, options);
-        let deadline = start + limit;
-        let mut best: Option<Judged> = None;
-        let mut over: Vec<Judged> = Vec::new();
-        let mut lower_bound = None;
-        let consider = |j: Judged, best: &mut Option<Judged>, over: &mut Vec<Judged>| {
-            if j.peak <= budget_bytes {
-                if best.as_ref().map_or(true, |b| j.cost < b.cost) {
-                    *best = Some(j);
-                }
-            } else {
-                over.push(j);
+        plan_lp_round(graph, budget_bytes, options, true)
+    }
+}
+
+/// `lp-round`; `fix` enables step 3b (the fixed-keep MILP), which `milp` skips when it only wants
+/// a quick incumbent.
+pub(crate) fn plan_lp_round(
+    graph: &Graph,
+    budget_bytes: u64,
+    options: &SolveOptions,
+    fix: bool,
+) -> Result<Outcome> {
+    let start = Instant::now();
+    let limit = default_limit(graph, options);
+    let deadline = start + limit;
+    let mut best: Option<Judged> = None;
+    let mut over: Vec<Judged> = Vec::new();
+    let mut lower_bound = None;
+    let consider = |j: Judged, best: &mut Option<Judged>, over: &mut Vec<Judged>| {
+        if j.peak <= budget_bytes {
+            if best.as_ref().map_or(true, |b| j.cost < b.cost) {
+                *best = Some(j);
             }
-        };
-        if graph.len() <= MAX_LP_NODES {
-            let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
-            for &eps in EPS {
-                // Past the paper's eps, only search larger ones while nothing fits.
-                if eps > 0.1 && best.is_some() {
-                    break;
-                }
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                let reduced = ((1.0 - eps) * budget_bytes as f64).floor() as u64;
-                let model =
-                    Model::build(graph, BudgetMode::Bytes(reduced), Formulation::Fast, false);
-                let opts = RunOptions {
-                    time_limit: Some(left.mul_f64(0.5)),
-                    mip_gap: options.mip_gap,
-                    threads: options.threads,
-                    warm_start: None,
-                    seed: options.seed,
-                    strategy: NAME,
-                };
-                let res = run::run(&model, &opts)?;
-                if eps == 0.0 && res.status == run::RunStatus::Optimal {
-                    lower_bound = res.objective;
-                }
-                let Some(x) = res.x else {
-                    tracing::debug!(eps, status = ?res.status, "LP relaxation has no solution");
-                    if res.status == run::RunStatus::Infeasible {
-                        break;
-                    }
-                    continue;
-                };
-                let frac = fractional_keeps(&model, &x);
-                let mut cands: Vec<Vec<FixedBitSet>> = vec![threshold(&frac, 0.5)];
-                for k in 1..=9 {
-                    if k != 5 {
-                        cands.push(threshold(&frac, k as f64 / 10.0));
-                    }
-                }
-                for _ in 0..RANDOM_SAMPLES {
-                    cands.push(randomized(&frac, &mut rng));
-                }
-                for keeps in cands {
-                    if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
-                        consider(j, &mut best, &mut over);
-                    }
-                }
-                tracing::debug!(
-                    eps,
-                    lp = ?res.objective,
-                    best = ?best.as_ref().map(|b| b.cost),
-                    "rounded"
-                );
-            }
+        } else {
+            over.push(j);
         }
-        // Starting points from the baselines.
-        if let Some(inc) = crate::milp::best_heuristic(graph, budget_bytes, options) {
-            let keeps = (0..graph.len())
-                .map(|t| inc.schedule.keeps(t).clone())
-                .collect();
-            if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
+    };
+    // Starting points from the baselines.
+    if let Some(inc) = crate::milp::best_heuristic(graph, budget_bytes, options) {
+        let keeps = (0..graph.len())
+            .map(|t| inc.schedule.keeps(t).clone())
+            .collect();
+        if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
+            consider(j, &mut best, &mut over);
+        }
+    }
+    if best.is_none() {
+        // Near the least feasible budget no baseline fits: lower the least-peak baseline by
+        // repair until it does (a quarter of the time at most).
+        let j = crate::milp::least_peak_heuristic(
+            graph,
+            options,
+            budget_bytes,
+            start + limit.mul_f64(0.25),
+        );
+        consider(j, &mut best, &mut Vec::new());
+    }
+    // The LP at the full budget and its solution, for the fixing step below.
+    let lp_deadline = start + limit.mul_f64(0.4);
+    let mut rounded_fits = false;
+    let mut full_lp: Option<(Model, Vec<f64>)> = None;
+    if graph.len() <= MAX_LP_NODES {
+        let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+        for &eps in EPS {
+            // Past the paper's eps, only search larger ones while nothing fits (the fallback
+            // above does not count: it is a last resort).
+            if eps != 0.0 && eps != 0.1 && rounded_fits {
+                break;
+            }
+            let left = lp_deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let reduced = ((1.0 - eps) * budget_bytes as f64).floor() as u64;
+            let model = Model::build(graph, BudgetMode::Bytes(reduced), Formulation::Fast, false);
+            let opts = RunOptions {
+                // The first LP (the full budget: the lower bound) may take all the LP time.
+                time_limit: Some(if eps == 0.0 { left } else { left.mul_f64(0.5) }),
+                mip_gap: options.mip_gap,
+                threads: options.threads,
+                warm_start: None,
+                seed: options.seed,
+                strategy: NAME,
+            };
+            let res = run::run(&model, &opts)?;
+            if eps == 0.0 && res.status == run::RunStatus::Optimal {
+                lower_bound = res.objective;
+            }
+            let Some(x) = res.x else {
+                tracing::debug!(eps, status = ?res.status, "LP relaxation has no solution");
+                if res.status == run::RunStatus::Infeasible {
+                    break;
+                }
+                continue;
+            };
+            let frac = fractional_keeps(&model, &x);
+            if eps == 0.0 {
+                full_lp = Some((model.clone(), x.clone()));
+            }
+            let mut cands: Vec<Vec<FixedBitSet>> = vec![threshold(&frac, 0.5)];
+            for k in 1..=9 {
+                if k != 5 {
+                    cands.push(threshold(&frac, k as f64 / 10.0));
+                }
+            }
+            for _ in 0..RANDOM_SAMPLES {
+                cands.push(randomized(&frac, &mut rng));
+            }
+            for keeps in cands {
+                if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
+                    rounded_fits |= j.peak <= budget_bytes;
+                    consider(j, &mut best, &mut over);
+                }
+            }
+            tracing::debug!(
+                eps,
+                lp = ?res.objective,
+                best = ?best.as_ref().map(|b| b.cost),
+                "rounded"
+            );
+        }
+    }
+    // The LP re-solved with its integral keeps fixed: a small MILP over the fractional ones.
+    if let Some((model, x)) = full_lp.filter(|_| fix) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            let warm_start = best
+                .as_ref()
+                .and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
+            let limit = left.mul_f64(0.6);
+            if let Some(j) =
+                fix_and_solve(graph, model, &x, budget_bytes, options, limit, warm_start)?
+            {
                 consider(j, &mut best, &mut over);
             }
         }
-        // Repair the roundings over budget, the ones closest to it first.
-        over.sort_by_key(|a| (a.peak, a.cost.to_bits()));
-        over.dedup_by(|a, b| a.keeps == b.keeps);
-        for cand in over.into_iter().take(4) {
-            if Instant::now() >= deadline {
-                break;
-            }
-            if best.as_ref().is_some_and(|b| b.cost <= cand.cost) {
-                continue;
-            }
-            if let Some(j) = repair::repair(graph, cand, budget_bytes, deadline) {
-                consider(j, &mut best, &mut Vec::new());
-            }
+    }
+    // Repair the roundings over budget, the ones closest to it first.
+    over.sort_by_key(|a| (a.peak, a.cost.to_bits()));
+    over.dedup_by(|a, b| a.keeps == b.keeps);
+    for cand in over.into_iter().take(4) {
+        if Instant::now() >= deadline {
+            break;
         }
-        if best.is_none() {
-            // Near the least feasible budget: lower the least-peak baseline by repair until it fits.
-            let j = crate::milp::least_peak_heuristic(graph, options, budget_bytes, deadline);
+        if best.as_ref().is_some_and(|b| b.cost <= cand.cost) {
+            continue;
+        }
+        if let Some(j) = repair::repair(graph, cand, budget_bytes, deadline) {
             consider(j, &mut best, &mut Vec::new());
         }
-        let best = best.map(|b| repair::improve(graph, b, budget_bytes, deadline));
-        Ok(match best {
-            Some(b) => Outcome {
-                status: if lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9)) {
-                    Status::Optimal
-                } else {
-                    Status::Feasible
-                },
-                plan: Some(b.plan),
-                lower_bound,
-            },
-            None => Outcome {
-                plan: None,
-                status: Status::Infeasible,
-                lower_bound,
-            },
-        })
     }
+    let best = best.map(|b| repair::improve(graph, b, budget_bytes, deadline));
+    Ok(match best {
+        Some(b) => Outcome {
+            status: if lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9)) {
+                Status::Optimal
+            } else {
+                Status::Feasible
+            },
+            plan: Some(b.plan),
+            lower_bound,
+        },
+        None => Outcome {
+            plan: None,
+            status: Status::Infeasible,
+            lower_bound,
+        },
+    })
+}
+
+/// Fixes every keep that the LP solution `x` (of `model`, at `budget`) sets to 0 or 1, makes the
+/// other keeps and the computes binary, and solves that MILP within `limit`. `None` when it finds
+/// nothing (the fixing can make it infeasible).
+fn fix_and_solve(
+    graph: &Graph,
+    mut model: Model,
+    x: &[f64],
+    budget: u64,
+    options: &SolveOptions,
+    limit: Duration,
+    warm_start: Option<Vec<f64>>,
+) -> Result<Option<Judged>> {
+    let mut free = 0usize;
+    for c in 0..model.num_cols() {
+        match model.col_kind[c] {
+            ColKind::R(..) => model.col_int[c] = true,
+            ColKind::S(..) => {
+                model.col_int[c] = true;
+                let v = x[c];
+                if v <= 1e-6 {
+                    model.col_hi[c] = 0.0;
+                } else if v >= 1.0 - 1e-6 {
+                    model.col_lo[c] = 1.0;
+                } else {
+                    free += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let opts = RunOptions {
+        time_limit: Some(limit),
+        mip_gap: 1e-3,
+        threads: options.threads,
+        warm_start,
+        seed: options.seed,
+        strategy: NAME,
+    };
+    let res = run::run(&model, &opts)?;
+    tracing::debug!(free, status = ?res.status, objective = ?res.objective, "fixed-keep MILP");
+    let Some(x) = res.x else {
+        return Ok(None);
+    };
+    Ok(Judged::of(
+        graph,
+        warm::keeps_of_solution(&model, &x),
+        budget,
+    ))
 }
 
 /// The LP relaxation's optimum at `budget` (a lower bound on the MILP optimum), if the LP solves.

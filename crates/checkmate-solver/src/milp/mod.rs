@@ -76,7 +76,8 @@ pub(crate) fn best_heuristic(
     best
 }
 
-/// `lp-round`'s plan as an incumbent, given at most a quarter of the time limit.
+/// `lp-round`'s plan (without its fixed-keep MILP) as an incumbent, given at most a quarter of the
+/// time limit.
 fn lp_round_incumbent(
     graph: &Graph,
     budget: u64,
@@ -90,8 +91,7 @@ fn lp_round_incumbent(
     if opts.time_limit.is_some_and(|l| l.is_zero()) {
         return None;
     }
-    let plan = crate::lp_round::LpRound
-        .plan(graph, budget, &opts)
+    let plan = crate::lp_round::plan_lp_round(graph, budget, &opts, false)
         .ok()?
         .plan?;
     let keeps = warm::keeps_of_plan(graph, &plan);

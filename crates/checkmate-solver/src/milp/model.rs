@@ -295,7 +295,8 @@ impl Model {
             }
         }
 
-        if !paper {
+        if !paper && integer {
+            // (MILP only: they slow the LP down and do not move its bound much.)
             // No useless work: a compute (other than t) or a keep in stage t is read in the stage
             // or kept into the next one. Some optimal schedule satisfies this (dropping useless
             // work costs nothing and frees memory).
