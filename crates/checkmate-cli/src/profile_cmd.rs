@@ -11,7 +11,7 @@ use checkmate_executor::Executor;
 use checkmate_graph::{format_bytes, Budget, NodeKind};
 use checkmate_models::{CostTable, Costs, ModelConfig, TrainingConfig};
 use checkmate_profiler::{
-    check_plan, compare_tables, fit, profile_executor, CostFit, Phase, PlanCheck, Profile,
+    check_plans, compare_tables, fit, profile_executor, CostFit, Phase, PlanCheck, Profile,
     ProfileOptions, Progress,
 };
 use checkmate_solver::{solve, strategy_by_name};
@@ -209,7 +209,8 @@ struct CheckResult {
     spec: String,
     strategy: String,
     budget_bytes: u64,
-    check: PlanCheck,
+    /// The measurement, or why there is none (no plan within the budget).
+    check: std::result::Result<PlanCheck, String>,
 }
 
 fn run_checks(
@@ -241,30 +242,46 @@ fn run_checks(
     bar.set_prefix(format!("{name} b{batch}"));
     bar.set_length(args.check_plan.len() as u64);
     bar.set_position(0);
+    // Solve every plan first, then run them interleaved (same load for all).
+    let mut plans = Vec::new();
     for spec in &args.check_plan {
-        bar.set_message(format!("checking {spec}"));
+        bar.set_message(format!("solving {spec}"));
         let (strategy_name, budget) = parse_check(spec)?;
         let strategy = strategy_by_name(&strategy_name)?;
         let resolved = resolve_budget(&graph, budget)?;
-        let solution = solve(
+        let plan = match solve(
             &graph,
             strategy.as_ref(),
             resolved.activation_bytes,
             &options,
-        )
-        .with_context(|| format!("--check-plan {spec}: no plan"))?;
-        let plan = solution.plan.ok_or_else(|| {
-            anyhow::anyhow!("--check-plan {spec}: {} found no plan", solution.status)
-        })?;
-        let check = check_plan(&mut exec, &input, &plan, table, 1, args.check_repeats)
-            .with_context(|| format!("--check-plan {spec}: running the plan failed"))?;
+        ) {
+            Ok(solution) => solution
+                .plan
+                .ok_or_else(|| format!("{} found no plan", solution.status)),
+            Err(e) => Err(e.to_string()),
+        };
         out.push(CheckResult {
             spec: spec.clone(),
             strategy: strategy_name,
             budget_bytes: resolved.total_bytes,
-            check,
+            check: Err(String::new()),
         });
+        plans.push(plan);
         bar.inc(1);
+    }
+    bar.set_message("running the plans");
+    let runnable: Vec<checkmate_graph::Plan> = plans
+        .iter()
+        .filter_map(|p| p.as_ref().ok().cloned())
+        .collect();
+    let mut measured = check_plans(&mut exec, &input, &runnable, table, 1, args.check_repeats)
+        .context("--check-plan: running the plans failed")?
+        .into_iter();
+    for (result, plan) in out.iter_mut().zip(plans) {
+        result.check = match plan {
+            Ok(_) => Ok(measured.next().expect("one check per runnable plan")),
+            Err(e) => Err(e),
+        };
     }
     Ok(out)
 }
@@ -410,18 +427,26 @@ pub fn run(args: ProfileArgs) -> Result<()> {
                 })).collect::<Vec<_>>(),
             })),
             "compare": agreement,
-            "checks": checks.iter().map(|c| json!({
-                "plan": c.spec,
-                "strategy": c.strategy,
-                "budget_bytes": c.budget_bytes,
-                "computes": c.check.computes,
-                "predicted_seconds": c.check.predicted_seconds,
-                "measured_seconds": c.check.measured.median,
-                "measured_q1_seconds": c.check.measured.q1,
-                "measured_q3_seconds": c.check.measured.q3,
-                "wall_seconds": c.check.wall.median,
-                "rel_error": c.check.rel_error,
-            })).collect::<Vec<_>>(),
+            "checks": checks.iter().map(|c| match &c.check {
+                Ok(k) => json!({
+                    "plan": c.spec,
+                    "strategy": c.strategy,
+                    "budget_bytes": c.budget_bytes,
+                    "computes": k.computes,
+                    "predicted_seconds": k.predicted_seconds,
+                    "measured_seconds": k.measured.median,
+                    "measured_q1_seconds": k.measured.q1,
+                    "measured_q3_seconds": k.measured.q3,
+                    "wall_seconds": k.wall.median,
+                    "rel_error": k.rel_error,
+                }),
+                Err(e) => json!({
+                    "plan": c.spec,
+                    "strategy": c.strategy,
+                    "budget_bytes": c.budget_bytes,
+                    "error": e,
+                }),
+            }).collect::<Vec<_>>(),
             "wall_seconds": wall,
         }));
         return Ok(());
@@ -463,15 +488,22 @@ pub fn run(args: ProfileArgs) -> Result<()> {
             "plan", "budget", "computes", "predicted", "measured", "error"
         );
         for c in &checks {
-            println!(
-                "{:<24} {:>12} {:>9} {:>10.4} s {:>10.4} s {:>+7.1}%",
-                c.spec,
-                format_bytes(c.budget_bytes),
-                c.check.computes,
-                c.check.predicted_seconds,
-                c.check.measured.median,
-                100.0 * c.check.rel_error
-            );
+            match &c.check {
+                Ok(k) => println!(
+                    "{:<24} {:>12} {:>9} {:>10.4} s {:>10.4} s {:>+7.1}%",
+                    c.spec,
+                    format_bytes(c.budget_bytes),
+                    k.computes,
+                    k.predicted_seconds,
+                    k.measured.median,
+                    100.0 * k.rel_error
+                ),
+                Err(e) => println!(
+                    "{:<24} {:>12} no plan: {e}",
+                    c.spec,
+                    format_bytes(c.budget_bytes)
+                ),
+            }
         }
     }
     if let Some(path) = &args.output {

@@ -62,29 +62,61 @@ pub fn check_plan(
     warmup: usize,
     repeats: usize,
 ) -> Result<PlanCheck> {
+    let mut v = check_plans(
+        exec,
+        batch,
+        std::slice::from_ref(plan),
+        table,
+        warmup,
+        repeats,
+    )?;
+    Ok(v.remove(0))
+}
+
+/// [`check_plan`] for several plans, their runs interleaved round-robin (`warmup` untimed rounds,
+/// then `repeats` timed rounds), so that a change in machine load affects every plan alike.
+pub fn check_plans(
+    exec: &mut Executor,
+    batch: &Batch,
+    plans: &[Plan],
+    table: &CostTable,
+    warmup: usize,
+    repeats: usize,
+) -> Result<Vec<PlanCheck>> {
     if repeats == 0 {
         return Err(Error::Options("repeats must be at least 1".into()));
     }
-    let predicted = predicted_seconds(exec.graph(), plan, table)?;
+    let predicted = plans
+        .iter()
+        .map(|p| predicted_seconds(exec.graph(), p, table))
+        .collect::<Result<Vec<f64>>>()?;
     for _ in 0..warmup {
-        exec.run_plan(plan, batch)?;
+        for plan in plans {
+            exec.run_plan(plan, batch)?;
+        }
     }
-    let mut measured = Vec::with_capacity(repeats);
-    let mut wall = Vec::with_capacity(repeats);
-    let mut computes = 0;
+    let mut measured = vec![Vec::with_capacity(repeats); plans.len()];
+    let mut wall = vec![Vec::with_capacity(repeats); plans.len()];
+    let mut computes = vec![0; plans.len()];
     for _ in 0..repeats {
-        let t = Instant::now();
-        let report = exec.run_plan(plan, batch)?;
-        wall.push(t.elapsed().as_secs_f64());
-        measured.push(report.step_seconds.iter().sum());
-        computes = report.computes;
+        for (i, plan) in plans.iter().enumerate() {
+            let t = Instant::now();
+            let report = exec.run_plan(plan, batch)?;
+            wall[i].push(t.elapsed().as_secs_f64());
+            measured[i].push(report.step_seconds.iter().sum());
+            computes[i] = report.computes;
+        }
     }
-    let measured = Summary::of(&measured);
-    Ok(PlanCheck {
-        computes,
-        predicted_seconds: predicted,
-        measured,
-        wall: Summary::of(&wall),
-        rel_error: (predicted - measured.median) / measured.median,
-    })
+    Ok((0..plans.len())
+        .map(|i| {
+            let m = Summary::of(&measured[i]);
+            PlanCheck {
+                computes: computes[i],
+                predicted_seconds: predicted[i],
+                measured: m,
+                wall: Summary::of(&wall[i]),
+                rel_error: (predicted[i] - m.median) / m.median,
+            }
+        })
+        .collect())
 }

@@ -52,7 +52,7 @@ mod fit;
 mod profile;
 pub mod stats;
 
-pub use check::{check_plan, predicted_seconds, PlanCheck};
+pub use check::{check_plan, check_plans, predicted_seconds, PlanCheck};
 pub use error::{Error, Result};
 pub use fit::{compare_tables, fit, CostFit, FitQuality, NodeFit};
 pub use profile::{
