@@ -8,14 +8,14 @@
 //!    rounding; `R` from Algorithm 2; judge each candidate with the simulator.
 //! 3. Search `eps` (0 first, which gives the lower bound, then the paper's 0.1, then 0.05 and
 //!    0.2 ... 0.5 only while no rounding fits) while time allows.
-//! 3b. The LP at the full budget re-solved with its integral keeps fixed: a small MILP over the
+//! 4. The LP at the full budget re-solved with its integral keeps fixed: a small MILP over the
 //!    fractional keeps and the computes, warm-started with the best plan so far (60% of the
 //!    remaining time).
-//! 4. Beyond the paper: candidates over budget are repaired by greedily dropping keeps that are live
-//!    where the memory timeline peaks ([`repair`]); the best plan within budget is then improved
-//!    by local search that keeps recomputed tensors longer when that stays within budget. The
-//!    cheapest heuristic baseline is a starting point too, so a plan is found whenever a baseline
-//!    or a repaired rounding fits.
+//! 5. Candidates over budget are repaired by greedily dropping keeps that are live where the
+//!    memory timeline peaks ([`repair`]); the best plan within budget is then improved by local
+//!    search that keeps recomputed tensors longer when that stays within budget.
+//!
+//! Steps 0, 4 and 5 go beyond the paper; `milp` uses this without step 4 for its incumbent.
 //!
 //! The LP optimum at the full budget is a lower bound on the optimal cost and is reported as such.
 
@@ -216,6 +216,7 @@ pub(crate) fn plan_lp_round(
                 threads: options.threads,
                 warm_start: None,
                 seed: options.seed,
+                cutoff: None,
                 strategy: NAME,
             };
             let res = run::run(&model, &opts)?;
@@ -317,6 +318,7 @@ fn fix_and_solve(
     warm_start: Option<Vec<f64>>,
 ) -> Result<Option<Judged>> {
     let mut free = 0usize;
+    #[allow(clippy::needless_range_loop)] // c indexes five parallel column arrays
     for c in 0..model.num_cols() {
         match model.col_kind[c] {
             ColKind::R(..) => model.col_int[c] = true,
@@ -340,6 +342,7 @@ fn fix_and_solve(
         threads: options.threads,
         warm_start,
         seed: options.seed,
+        cutoff: None,
         strategy: NAME,
     };
     let res = run::run(&model, &opts)?;
@@ -372,6 +375,7 @@ pub fn lp_lower_bound(
         threads: options.threads,
         warm_start: None,
         seed: options.seed,
+        cutoff: None,
         strategy: NAME,
     };
     let res = run::run(&model, &opts)?;

@@ -76,34 +76,40 @@ pub(crate) fn best_heuristic(
     best
 }
 
-/// `lp-round`'s plan (without its fixed-keep MILP) as an incumbent, given at most a quarter of the
-/// time limit.
+/// `lp-round`'s plan (without its fixed-keep MILP) as an incumbent, and its LP bound, given at
+/// most a quarter of the time limit.
 fn lp_round_incumbent(
     graph: &Graph,
     budget: u64,
     options: &SolveOptions,
     start: Instant,
-) -> Option<Incumbent> {
+) -> (Option<Incumbent>, Option<f64>) {
     let mut opts = options.clone();
     opts.time_limit = options
         .time_limit
         .map(|l| l.mul_f64(0.25).saturating_sub(start.elapsed()));
     if opts.time_limit.is_some_and(|l| l.is_zero()) {
-        return None;
+        return (None, None);
     }
-    let plan = crate::lp_round::plan_lp_round(graph, budget, &opts, false)
-        .ok()?
-        .plan?;
-    let keeps = warm::keeps_of_plan(graph, &plan);
-    let schedule = warm::schedule_for_keeps(graph, &keeps);
-    let (plan, peak, cost) = warm::judge(graph, &schedule)?;
-    tracing::debug!(cost, peak, "lp-round incumbent");
-    (peak <= budget).then_some(Incumbent {
-        schedule,
-        plan,
-        cost,
-    })
+    let Ok(out) = crate::lp_round::plan_lp_round(graph, budget, &opts, false) else {
+        return (None, None);
+    };
+    let inc = out.plan.and_then(|plan| {
+        let keeps = warm::keeps_of_plan(graph, &plan);
+        let schedule = warm::schedule_for_keeps(graph, &keeps);
+        let (plan, peak, cost) = warm::judge(graph, &schedule)?;
+        tracing::debug!(cost, peak, "lp-round incumbent");
+        (peak <= budget).then_some(Incumbent {
+            schedule,
+            plan,
+            cost,
+        })
+    });
+    (inc, out.lower_bound)
 }
+
+/// Relative gaps above the LP bound tried as cutoffs before the plain solve (see [`Milp`]).
+const CUTOFF_GAPS: &[f64] = &[0.0075, 0.02];
 
 /// Result of one MILP solve with extraction.
 #[derive(Debug, Clone)]
@@ -124,6 +130,7 @@ pub(crate) fn solve_milp(
     budget: u64,
     options: &SolveOptions,
     incumbent: Option<Incumbent>,
+    cutoff: Option<f64>,
 ) -> Result<MilpResult> {
     let start = Instant::now();
     let mut model_budget = budget;
@@ -148,7 +155,7 @@ pub(crate) fn solve_milp(
         );
         let warm_start = best
             .as_ref()
-            .filter(|_| use_warm)
+            .filter(|b| use_warm && cutoff.map_or(true, |c| b.cost < c))
             .and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
         let warm_passed = warm_start.is_some();
         if best.is_some() && warm_start.is_none() {
@@ -160,6 +167,7 @@ pub(crate) fn solve_milp(
             threads: options.threads,
             warm_start,
             seed: options.seed,
+            cutoff,
             strategy: NAME,
         };
         let res = run::run(&model, &opts)?;
@@ -345,6 +353,7 @@ pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeas
         threads: options.threads,
         warm_start,
         seed: options.seed,
+        cutoff: None,
         strategy: NAME,
     };
     let res = run::run(&model, &opts)?;
@@ -385,8 +394,11 @@ impl Strategy for Milp {
         } else {
             None
         };
+        let mut lp_bound = None;
         if options.warm_start && options.formulation == Formulation::Fast {
-            if let Some(inc) = lp_round_incumbent(graph, budget_bytes, options, start) {
+            let (inc, bound) = lp_round_incumbent(graph, budget_bytes, options, start);
+            lp_bound = bound;
+            if let Some(inc) = inc {
                 if incumbent.as_ref().map_or(true, |b| inc.cost < b.cost) {
                     incumbent = Some(inc);
                 }
@@ -395,10 +407,67 @@ impl Strategy for Milp {
         if let Some(inc) = &incumbent {
             tracing::debug!(cost = inc.cost, "warm start");
         }
+        // Cutoff search (default formulation): a near-optimal cutoff lets HiGHS fix most columns
+        // by reduced cost right after the root. Try cutoffs just above the LP bound first; "no
+        // solution below c" proves the optimum is at least c; a solution below c that HiGHS proves
+        // optimal is optimal overall. A try gets a share of the time; the plain solve follows.
+        let mut proven_lb = lp_bound;
+        if let (Some(lb), Some(inc)) = (lp_bound, &incumbent) {
+            let gaps: Vec<f64> = std::env::var("CHECKMATE_CUTOFF_GAPS")
+                .ok()
+                .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
+                .unwrap_or_else(|| CUTOFF_GAPS.to_vec());
+            for (k, &gap) in gaps.iter().enumerate() {
+                let c = lb * (1.0 + gap);
+                if c >= inc.cost * (1.0 - options.mip_gap) {
+                    break;
+                }
+                let mut opts = options.clone();
+                let share = if k == 0 { 0.2 } else { 0.3 };
+                opts.time_limit = remaining(start, options.time_limit).map(|d| d.mul_f64(share));
+                let res = solve_milp(graph, budget_bytes, &opts, None, Some(c))?;
+                tracing::debug!(c, status = ?res.status, cost = ?res.best.as_ref().map(|b| b.cost), "cutoff try");
+                match (res.status, res.best) {
+                    (RunStatus::Optimal, Some(b)) if b.cost < c => {
+                        return Ok(Outcome {
+                            lower_bound: Some(
+                                res.lower_bound
+                                    .unwrap_or(b.cost)
+                                    .max(graph.total_cost())
+                                    .min(b.cost),
+                            ),
+                            plan: Some(b.plan),
+                            status: Status::Optimal,
+                        });
+                    }
+                    (RunStatus::Infeasible, _) => proven_lb = Some(c),
+                    (_, Some(b)) => {
+                        if b.cost < c {
+                            if let Some(d) = res.lower_bound {
+                                proven_lb = proven_lb.map(|p| p.max(d.min(c)));
+                            }
+                        }
+                        if incumbent.as_ref().map_or(true, |i| b.cost < i.cost) {
+                            incumbent = Some(b);
+                        }
+                        break;
+                    }
+                    (_, None) => {
+                        if let Some(d) = res.lower_bound {
+                            proven_lb = proven_lb.map(|p| p.max(d.min(c)));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
         // The time limit covers the heuristics too.
         let mut rest = options.clone();
         rest.time_limit = remaining(start, options.time_limit);
-        let res = solve_milp(graph, budget_bytes, &rest, incumbent)?;
+        let mut res = solve_milp(graph, budget_bytes, &rest, incumbent, None)?;
+        if let (Some(p), Some(l)) = (proven_lb, res.lower_bound) {
+            res.lower_bound = Some(l.max(p));
+        }
         let lower_bound = res.lower_bound.map(|b| {
             b.max(graph.total_cost())
                 .min(res.best.as_ref().map_or(f64::INFINITY, |b| b.cost))

@@ -21,6 +21,9 @@ pub(crate) struct RunOptions {
     pub(crate) warm_start: Option<Vec<f64>>,
     /// HiGHS random seed.
     pub(crate) seed: u64,
+    /// Only look for solutions with a smaller objective (HiGHS `objective_bound`); `Infeasible`
+    /// then means "none below the cutoff".
+    pub(crate) cutoff: Option<f64>,
     /// Strategy name for error messages.
     pub(crate) strategy: &'static str,
 }
@@ -108,6 +111,26 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     if is_mip {
         set_option(&mut hm, name, "mip_rel_gap", opts.mip_gap.max(0.0))?;
     }
+    if let Ok(extra) = std::env::var("CHECKMATE_HIGHS_OPTIONS") {
+        // Extra HiGHS options `name=value,...`, for experiments.
+        for kv in extra.split(',').filter(|s| !s.is_empty()) {
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            if let Ok(b) = v.parse::<bool>() {
+                set_option(&mut hm, name, k, b)?;
+            } else if let Ok(i) = v.parse::<i32>() {
+                set_option(&mut hm, name, k, i)?;
+            } else if let Ok(f) = v.parse::<f64>() {
+                set_option(&mut hm, name, k, f)?;
+            } else {
+                set_option(&mut hm, name, k, v)?;
+            }
+        }
+    }
+    if let Some(c) = opts.cutoff {
+        set_option(&mut hm, name, "objective_bound", c)?;
+    }
     if let Some(w) = &opts.warm_start {
         if w.len() == model.num_cols() {
             if let Err(e) = hm.try_set_solution(Some(w), None, None, None) {
@@ -142,6 +165,7 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     let status = match status {
         HighsModelStatus::Optimal => RunStatus::Optimal,
         HighsModelStatus::Infeasible => RunStatus::Infeasible,
+        HighsModelStatus::ObjectiveBound if opts.cutoff.is_some() => RunStatus::Infeasible,
         HighsModelStatus::ReachedTimeLimit
         | HighsModelStatus::ReachedIterationLimit
         | HighsModelStatus::ReachedSolutionLimit
