@@ -286,6 +286,27 @@ fn run_checks(
     Ok(out)
 }
 
+/// For each check, `(predicted / predicted_all) / (measured / measured_all) - 1`, where `_all` is
+/// the checkpoint-all check run in the same interleaved rounds: the error of the predicted
+/// *relative* cost, insensitive to a machine load that differs between profiling and checking.
+fn rel_to_checkpoint_all(checks: &[CheckResult]) -> Vec<Option<f64>> {
+    let base = checks.iter().find_map(|c| match &c.check {
+        Ok(k) if c.strategy == "checkpoint-all" => Some(*k),
+        _ => None,
+    });
+    checks
+        .iter()
+        .map(|c| match (&c.check, base) {
+            (Ok(k), Some(b)) => Some(
+                (k.predicted_seconds / b.predicted_seconds)
+                    / (k.measured.median / b.measured.median)
+                    - 1.0,
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Runs `checkmate profile`.
 pub fn run(args: ProfileArgs) -> Result<()> {
     let started = Instant::now();
@@ -367,6 +388,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
         _ => None,
     };
     let checks = run_checks(&args, &name, &device, &table, &bar)?;
+    let relative = rel_to_checkpoint_all(&checks);
     bar.finish_and_clear();
     let wall = started.elapsed().as_secs_f64();
     // Fitted-vs-measured at every profiled batch (in-sample residuals of the totals).
@@ -427,8 +449,9 @@ pub fn run(args: ProfileArgs) -> Result<()> {
                 })).collect::<Vec<_>>(),
             })),
             "compare": agreement,
-            "checks": checks.iter().map(|c| match &c.check {
+            "checks": checks.iter().zip(&relative).map(|(c, rel)| match &c.check {
                 Ok(k) => json!({
+                    "rel_error_vs_checkpoint_all": rel,
                     "plan": c.spec,
                     "strategy": c.strategy,
                     "budget_bytes": c.budget_bytes,
@@ -487,16 +510,22 @@ pub fn run(args: ProfileArgs) -> Result<()> {
             "\n{:<24} {:>12} {:>9} {:>12} {:>12} {:>8}",
             "plan", "budget", "computes", "predicted", "measured", "error"
         );
-        for c in &checks {
+        for (c, rel) in checks.iter().zip(&relative) {
             match &c.check {
                 Ok(k) => println!(
-                    "{:<24} {:>12} {:>9} {:>10.4} s {:>10.4} s {:>+7.1}%",
+                    "{:<24} {:>12} {:>9} {:>10.4} s {:>10.4} s {:>+7.1}%{}",
                     c.spec,
                     format_bytes(c.budget_bytes),
                     k.computes,
                     k.predicted_seconds,
                     k.measured.median,
-                    100.0 * k.rel_error
+                    100.0 * k.rel_error,
+                    match rel {
+                        Some(r) if c.strategy != "checkpoint-all" => {
+                            format!("  (relative to checkpoint-all {:+.1}%)", 100.0 * r)
+                        }
+                        _ => String::new(),
+                    }
                 ),
                 Err(e) => println!(
                     "{:<24} {:>12} no plan: {e}",

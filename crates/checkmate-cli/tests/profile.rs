@@ -172,6 +172,12 @@ fn fitted_batches_and_plan_checks() {
     assert_eq!(all["computes"].as_u64(), v["nodes"].as_u64());
     assert!(last["computes"].as_u64() > all["computes"].as_u64());
     assert!(last["predicted_seconds"].as_f64() > all["predicted_seconds"].as_f64());
+    // Relative to checkpoint-all (run in the same rounds): exactly 0 for checkpoint-all itself.
+    assert!(all["rel_error_vs_checkpoint_all"].as_f64().unwrap().abs() < 1e-12);
+    assert!(last["rel_error_vs_checkpoint_all"]
+        .as_f64()
+        .unwrap()
+        .is_finite());
     for c in checks {
         assert!(c["measured_seconds"].as_f64().unwrap() > 0.0, "{c}");
         assert!(c["rel_error"].as_f64().unwrap().is_finite(), "{c}");
