@@ -1186,9 +1186,9 @@ pub fn attention_backward(
     causal: bool,
     need_dx: bool,
 ) -> Result<AttentionGrads> {
+    let a = attention_parts(x, wqkv, bqkv, heads, causal)?;
     let (n, t, c) = x.dims3()?;
     let d = c / heads;
-    let a = attention_parts(x, wqkv, bqkv, heads, causal)?;
     let (do_, dwout, dbout) = dense_backward(&a.o, wout, g, true)?;
     let Some(do_) = do_ else {
         candle_core::bail!("attention: no output-projection input gradient")

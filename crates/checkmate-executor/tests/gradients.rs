@@ -470,6 +470,16 @@ fn self_attention_causal_and_full() {
 }
 
 #[test]
+fn attention_with_zero_heads_is_an_error() {
+    let x = rand_t(&[1, 2, 4], 820);
+    let wqkv = rand_t(&[12, 4], 821);
+    let b = rand_t(&[12], 822);
+    let wout = rand_t(&[4, 4], 823);
+    assert!(k::attention_backward(&x, &wqkv, &b, &wout, &x, 0, true, true).is_err());
+    assert!(k::attention_backward(&x, &wqkv, &b, &wout, &x, 3, true, true).is_err());
+}
+
+#[test]
 fn causal_attention_ignores_the_future() {
     let x = rand_t(&[1, 4, 4], 810);
     let wqkv = rand_t(&[12, 4], 811);
