@@ -1,5 +1,7 @@
 //! Project automation: `cargo xtask ci | bench | train | profile`.
 
+mod bench_plots;
+mod bench_results;
 mod bench_solver;
 
 use std::process::Command;
@@ -11,8 +13,11 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci                 cargo fmt --check, clippy -D warnings, cargo test --workspace (what CI runs)
   bench [PART]       regenerate benchmark tables in docs/ (parts: simulator, solver [--time-limit SEC]
-                     [--only NAME] [--no-paper] [--random]; no part: simulator then solver)
-  train [ARGS...]    train a model with a rematerialization plan (release build)
+                     [--only NAME] [--no-paper] [--random]; frontier, plan, max-batch, train,
+                     results [--quick]: docs/RESULTS.md and docs/figures/; no part: results, i.e.
+                     every part but simulator)
+  train [ARGS...]    train a model with a rematerialization plan (release build; defaults: vgg16,
+                     batch 16 at 32x32, 8 steps, budget 85%, milp, outputs-only accounting)
   profile [ARGS...]  measure per-node costs on this machine (release build)";
 
 fn main() -> Result<()> {
@@ -25,7 +30,7 @@ fn main() -> Result<()> {
     match cmd.as_str() {
         "ci" => ci(),
         "bench" => bench(rest),
-        "train" => run_release_cli(cmd, rest),
+        "train" => run_release_cli(cmd, &with_defaults(rest, TRAIN_DEFAULTS)),
         // Defaults that finish in about a minute on 2 cores (VGG16 at 32x32, batch 2).
         "profile" if rest.is_empty() => {
             let defaults = "--model vgg16 --batch 2 --image-size 32 --max-repeats 15 \
@@ -40,6 +45,38 @@ fn main() -> Result<()> {
         }
         other => bail!("unknown xtask command {other:?}\n\n{USAGE}"),
     }
+}
+
+/// `cargo xtask train` defaults: a VGG16 training step at 32x32 small enough for about two minutes
+/// on 2 cores, under a budget that forces recomputation. Checkmate's accounting (outputs only):
+/// with per-node workspace counted, VGG16's least feasible peak equals its checkpoint-all peak
+/// (docs/USER_GUIDE.md). Flags the user gives win.
+const TRAIN_DEFAULTS: &[(&str, &str)] = &[
+    ("--model", "vgg16"),
+    ("--batch", "16"),
+    ("--image-size", "32"),
+    ("--classes", "10"),
+    ("--steps", "8"),
+    ("--budget", "85%"),
+    ("--workspace", "false"),
+    ("--strategy", "milp"),
+    ("--lr", "0.002"),
+    ("--time-limit", "30"),
+];
+
+/// `args` plus every default flag that `args` does not set.
+fn with_defaults(args: &[String], defaults: &[(&str, &str)]) -> Vec<String> {
+    let mut out = args.to_vec();
+    for (flag, value) in defaults {
+        let given = args
+            .iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+        if !given {
+            out.push(flag.to_string());
+            out.push(value.to_string());
+        }
+    }
+    out
 }
 
 /// Runs a command from the workspace root, failing on a non-zero exit.
@@ -108,11 +145,13 @@ fn bench(rest: &[String]) -> Result<()> {
             run(&cargo(), &args)
         }
         "solver" => bench_solver::run(&rest[1..]),
-        "all" => {
-            bench(&["simulator".to_string()])?;
-            bench(&["solver".to_string()])
-        }
-        other => bail!("unknown bench part {other:?}; known: simulator, solver"),
+        p if bench_results::PARTS.contains(&p) => bench_results::run(p, &rest[1..]),
+        "all" => bench_results::run("results", rest),
+        p if p.starts_with("--") => bench_results::run("results", rest),
+        other => bail!(
+            "unknown bench part {other:?}; known: simulator, solver, {}",
+            bench_results::PARTS.join(", ")
+        ),
     }
 }
 

@@ -60,6 +60,10 @@ pub struct ModelArgs {
     /// Sequence length (transformer).
     #[arg(long)]
     pub seq_len: Option<usize>,
+    /// Count per-node kernel workspace in the peak (`false`: only node outputs, Checkmate's
+    /// accounting; docs/MODELS.md).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub workspace: bool,
 }
 
 /// `--optimizer` values.
@@ -103,7 +107,7 @@ impl ModelArgs {
             },
             costs: Costs::from_arg(&self.costs)
                 .with_context(|| format!("cannot use --costs {}", self.costs))?,
-            ..TrainingConfig::default()
+            workspace: self.workspace,
         })
     }
 
