@@ -9,10 +9,14 @@
 //! - After every step the bytes the registers hold are measured from their storages (a buffer
 //!   shared by two registers counted once; a register never keeps a bigger buffer alive, see
 //!   [`memory::owned`]) and compared with the simulator's `live_after_step`: they must be equal.
-//! - [`kernels`]: forward kernels and backward rules (dense, activations, convolution, pooling,
-//!   loss, shape ops), each checked against finite differences in the tests.
-//! - [`Optimizer`] (SGD with momentum, Adam) and [`SyntheticData`] (class templates plus noise)
-//!   make a training loop.
+//! - [`kernels`]: forward kernels and backward rules for every layer of the IR (dense,
+//!   activations, convolution incl. grouped/depthwise/dilated and transposed, pooling, batch norm,
+//!   dropout, layer norm, embeddings, self-attention, per-position cross-entropy, shape ops), each
+//!   checked against finite differences in the tests. Batch-norm running statistics are updated
+//!   once per step; dropout replays its mask (seed, step, layer) on recompute.
+//! - [`Optimizer`] (SGD with momentum, Adam) and a [`BatchSource`] ([`SyntheticData`]: class
+//!   templates plus noise, segmentation masks, tokens; [`ArrayData`]: CIFAR-10 binary batches or
+//!   `.npy` arrays) make a training loop.
 //!
 //! Running a plan from another project:
 //!
