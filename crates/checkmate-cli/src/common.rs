@@ -51,7 +51,8 @@ pub struct ModelArgs {
     /// Hidden layers (mlp) or transformer blocks.
     #[arg(long)]
     pub depth: Option<usize>,
-    /// Hidden width (mlp) or model width (transformer).
+    /// Hidden width (mlp), model width (transformer), fc1/fc2 units (vgg16/19) or fc6/fc7
+    /// filters (fcn8).
     #[arg(long)]
     pub width: Option<usize>,
     /// Attention heads (transformer).

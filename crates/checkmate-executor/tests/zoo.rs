@@ -35,6 +35,11 @@ fn small(name: &str) -> Network {
             c.depth = Some(2);
             c.seq_len = Some(5);
         }
+        // The 4096-unit classifier layers dominate these models' parameters; keep them small.
+        "vgg16" | "vgg19" | "fcn8" => {
+            c.image_size = Some(ImageSize::square(32));
+            c.width = Some(32);
+        }
         _ => c.image_size = Some(ImageSize::square(32)),
     }
     model_by_name(name, &c).unwrap()

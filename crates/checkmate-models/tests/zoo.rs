@@ -253,3 +253,31 @@ fn same_padding_follows_keras() {
         .unwrap();
     assert_eq!(b.shape(d).unwrap(), &Shape::new([2, 8, 4, 4]));
 }
+
+#[test]
+fn width_sets_the_classifier_layers_of_vgg_and_fcn8() {
+    let mut c = ModelConfig::new(2)
+        .with_classes(10)
+        .with_image_size(ImageSize::square(32));
+    let full = params("vgg16", &c);
+    c.width = Some(64);
+    // At 32x32 the flattened features are 512: fc1 512->64, fc2 64->64, predictions 64->10.
+    let convs = full - (512 * 4096 + 4096) - (4096 * 4096 + 4096) - (4096 * 10 + 10);
+    assert_eq!(
+        params("vgg16", &c),
+        convs + (512 * 64 + 64) + (64 * 64 + 64) + (64 * 10 + 10)
+    );
+    let fcn_full = params(
+        "fcn8",
+        &ModelConfig::new(2).with_image_size(ImageSize::square(32)),
+    );
+    let mut f = ModelConfig::new(2).with_image_size(ImageSize::square(32));
+    f.width = Some(64);
+    // fc6: 7x7x512 -> 4096 vs -> 64; fc7: 1x1 4096 -> 4096 vs 64 -> 64; the score layer reads it.
+    let classes = 19;
+    let saved = (7 * 7 * 512 * 4096 + 4096) + (4096 * 4096 + 4096) + (4096 * classes)
+        - ((7 * 7 * 512 * 64 + 64) + (64 * 64 + 64) + (64 * classes));
+    assert_eq!(params("fcn8", &f), fcn_full - saved);
+    f.width = Some(0);
+    assert!(model_by_name("fcn8", &f).is_err());
+}

@@ -47,8 +47,15 @@ fn vgg(model: &str, convs: [usize; 5], config: &ModelConfig) -> Result<Network> 
     let mut b = NetworkBuilder::new(network_name(model, config.batch, size), shape);
     let levels = vgg_blocks(&mut b, &convs)?;
     let x = b.layer("flatten", Op::Flatten, levels[4])?;
-    let x = b.layer("fc1", Op::Dense(Dense::new(4096).relu()), x)?;
-    let x = b.layer("fc2", Op::Dense(Dense::new(4096).relu()), x)?;
+    let fc = config.width.unwrap_or(4096);
+    if fc == 0 {
+        return Err(config_err(
+            model,
+            "width (fc1/fc2 units) must be at least 1",
+        ));
+    }
+    let x = b.layer("fc1", Op::Dense(Dense::new(fc).relu()), x)?;
+    let x = b.layer("fc2", Op::Dense(Dense::new(fc).relu()), x)?;
     let classes = config.classes.unwrap_or(1000);
     let x = b.layer("predictions", Op::Dense(Dense::new(classes).softmax()), x)?;
     b.finish(x, 1)

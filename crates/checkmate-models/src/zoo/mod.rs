@@ -48,7 +48,9 @@ pub struct ModelConfig {
     pub classes: Option<usize>,
     /// Hidden layers (mlp, default 2) or transformer blocks (default 6).
     pub depth: Option<usize>,
-    /// Hidden width (mlp, default 512) or model width (transformer, default 384).
+    /// Hidden width (mlp, default 512), model width (transformer, default 384), units of fc1/fc2
+    /// (vgg16/vgg19, default 4096) or filters of fc6/fc7 (fcn8, default 4096); for small test
+    /// and CPU versions of those models.
     pub width: Option<usize>,
     /// Attention heads (transformer, default 6).
     pub heads: Option<usize>,

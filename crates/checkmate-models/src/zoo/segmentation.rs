@@ -124,9 +124,16 @@ pub fn fcn8(config: &ModelConfig) -> Result<Network> {
     let mut names = Namer::default();
     let levels = vgg_blocks(&mut b, &[2, 2, 3, 3, 3])?;
     let mut o = levels[4];
-    o = conv(&mut b, &mut names, Conv2d::new(4096, 7).same().relu(), o)?;
+    let fc = config.width.unwrap_or(4096);
+    if fc == 0 {
+        return Err(config_err(
+            "fcn8",
+            "width (fc6/fc7 filters) must be at least 1",
+        ));
+    }
+    o = conv(&mut b, &mut names, Conv2d::new(fc, 7).same().relu(), o)?;
     o = b.layer(names.next("dropout"), Op::Dropout { rate: 0.5 }, o)?;
-    o = conv(&mut b, &mut names, Conv2d::new(4096, 1).same().relu(), o)?;
+    o = conv(&mut b, &mut names, Conv2d::new(fc, 1).same().relu(), o)?;
     o = b.layer(names.next("dropout"), Op::Dropout { rate: 0.5 }, o)?;
     o = conv(&mut b, &mut names, Conv2d::new(classes, 1), o)?;
     let up = |b: &mut NetworkBuilder, names: &mut Namer, k, s, o| {
