@@ -1,5 +1,6 @@
 //! One `lp-round` solve, for measuring: `lp_one GRAPH LF_BYTES FRAC [TIME_LIMIT_S]`
-//! (budget = LF + FRAC * (checkpoint-all peak - LF); no time limit: lp-round's default).
+//! (budget = LF + FRAC * (checkpoint-all peak - LF), LF `floor`: the largest single-compute need;
+//! no time limit: lp-round's default).
 
 use std::time::Duration;
 
@@ -10,7 +11,10 @@ use checkmate_solver::{solve, strategy_by_name, SolveOptions};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let g = Graph::read(&args[0])?;
-    let lf: u64 = args[1].parse()?;
+    let lf: u64 = match args[1].as_str() {
+        "floor" => g.min_feasible_activation_bytes(),
+        v => v.parse()?,
+    };
     let frac: f64 = args[2].parse()?;
     let options = SolveOptions {
         time_limit: args

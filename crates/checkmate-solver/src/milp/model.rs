@@ -55,6 +55,9 @@ pub(crate) struct Model {
     pub(crate) row_val: Vec<f64>,
     /// Budget in memory units (the `U` upper bound); `None` in the min-peak model.
     pub(crate) budget_units: Option<f64>,
+    /// Cost per objective unit: costs are divided by this power of two so that HiGHS sees at most
+    /// about 1e4 (fcn_8_vgg's costs reach 1e13, and its LP then did not solve in time).
+    pub(crate) cost_scale: f64,
 }
 
 /// A row under construction: terms over columns plus a constant from fixed variables.
@@ -188,6 +191,13 @@ impl Model {
             BudgetMode::MinPeak { .. } => None,
         };
         m.budget_units = budget_units;
+        let max_cost = graph.nodes().iter().map(|x| x.cost).fold(0.0, f64::max);
+        m.cost_scale = 1.0;
+        // (The min-peak model's objective is the peak, not a cost: unscaled.)
+        while matches!(budget, BudgetMode::Bytes(_)) && max_cost / m.cost_scale > 1e4 {
+            m.cost_scale *= 2.0;
+        }
+        let cost_scale = m.cost_scale;
         let (u_hi, peak) = match budget {
             BudgetMode::Bytes(_) => (budget_units.unwrap_or(f64::INFINITY), None),
             BudgetMode::MinPeak { lo, hi } => {
@@ -208,7 +218,7 @@ impl Model {
                     let lo = if i == t { 1.0 } else { 0.0 };
                     let c = m.add_col(
                         ColKind::R(t as u32, i as u32),
-                        obj_r * graph.node(i).cost,
+                        obj_r * graph.node(i).cost / cost_scale,
                         lo,
                         1.0,
                         integer,
@@ -241,7 +251,7 @@ impl Model {
                     if useful[i] {
                         let c = m.add_col(
                             ColKind::R(t as u32, i as u32),
-                            obj_r * graph.node(i).cost,
+                            obj_r * graph.node(i).cost / cost_scale,
                             0.0,
                             1.0,
                             integer,
@@ -261,7 +271,7 @@ impl Model {
             // The fixed R[t, t] = 1: a constant column carries their cost so that HiGHS's
             // objective (and relative gap) is the schedule's cost.
             let offset: f64 = graph.nodes().iter().map(|x| x.cost).sum();
-            m.add_col(ColKind::Constant, offset, 1.0, 1.0, false);
+            m.add_col(ColKind::Constant, offset / cost_scale, 1.0, 1.0, false);
         }
 
         // A kept tensor was kept or computed in the stage before.

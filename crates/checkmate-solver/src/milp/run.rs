@@ -129,7 +129,7 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
         }
     }
     if let Some(c) = opts.cutoff {
-        set_option(&mut hm, name, "objective_bound", c)?;
+        set_option(&mut hm, name, "objective_bound", c / model.cost_scale)?;
     }
     if let Some(w) = &opts.warm_start {
         if w.len() == model.num_cols() {
@@ -151,11 +151,13 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     let status = solved.status();
     let has_solution = solved.primal_solution_status() == HighsSolutionStatus::Feasible;
     let x = has_solution.then(|| solved.get_solution().columns().to_vec());
-    let objective = has_solution.then(|| solved.objective_value());
+    // Back to cost units (the model's objective is divided by `cost_scale`).
+    let objective = has_solution.then(|| solved.objective_value() * model.cost_scale);
     let dual_bound = if is_mip {
         solved
             .double_info_value(c"mip_dual_bound")
             .ok()
+            .map(|v| v * model.cost_scale)
             .filter(|v| v.is_finite())
     } else if status == HighsModelStatus::Optimal {
         objective
