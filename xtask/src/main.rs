@@ -14,8 +14,8 @@ commands:
   ci                 cargo fmt --check, clippy -D warnings, cargo test --workspace (what CI runs)
   bench [PART]       regenerate benchmark tables in docs/ (parts: simulator, solver [--time-limit SEC]
                      [--only NAME] [--no-paper] [--random]; frontier, plan, max-batch, train,
-                     results [--quick]: docs/RESULTS.md and docs/figures/; no part: results, i.e.
-                     every part but simulator)
+                     results [--quick]: docs/RESULTS.md and docs/figures/; render: rewrite
+                     RESULTS.md from stored measurements; no part: results, i.e. all but simulator)
   train [ARGS...]    train a model with a rematerialization plan (release build; defaults: vgg16,
                      batch 16 at 32x32, 8 steps, budget 85%, milp, outputs-only accounting)
   profile [ARGS...]  measure per-node costs on this machine (release build; no ARGS: vgg16
