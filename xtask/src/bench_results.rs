@@ -315,7 +315,7 @@ fn solver(ctx: &Ctx) -> Result<()> {
     let result = crate::bench_solver::run(&args);
     let mut meta = ctx.meta(t0, "1 solve per (graph, budget, strategy)");
     meta["command"] = json!(format!(
-        "{} (runs `cargo xtask bench solver {}`)",
+        "{} (runs: cargo xtask bench solver {})",
         ctx.command,
         args.join(" ")
     ));
@@ -874,7 +874,7 @@ fn meta_lines(md: &mut String, v: &Value) -> Result<()> {
         "- machine: {}\n- date: {}\n- command: `{}`{}\n- repetitions: {}\n- wall time of this part: {:.0} s\n",
         m["machine"].as_str().unwrap_or("?"),
         m["date"].as_str().unwrap_or("?"),
-        m["command"].as_str().unwrap_or("?"),
+        m["command"].as_str().unwrap_or("?").replace('`', ""),
         if m["quick"] == true { " (quick mode: fewer graphs, points and shorter limits)" } else { "" },
         m["repetitions"].as_str().unwrap_or("?"),
         m["seconds"].as_f64().unwrap_or(0.0),
