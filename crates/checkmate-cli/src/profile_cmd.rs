@@ -35,7 +35,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub repeats: Option<usize>,
     /// Adaptive mode: timed steps at least.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 15)]
     pub min_repeats: usize,
     /// Adaptive mode: timed steps at most.
     #[arg(long, default_value_t = 30)]
@@ -44,7 +44,7 @@ pub struct ProfileArgs {
     #[arg(long, default_value_t = 0.01)]
     pub target_error: f64,
     /// Untimed warm-up steps.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 5)]
     pub warmup: usize,
     /// Stop measuring a batch size after this many seconds (once the minimum repeats are done).
     #[arg(long)]

@@ -31,11 +31,12 @@ pub struct ProfileOptions {
 }
 
 impl Default for ProfileOptions {
-    /// 2 warm-up steps, 5 to 30 timed steps, 1% target error, no time limit, seed 0.
+    /// 5 warm-up steps, 15 to 30 timed steps, 1% target error, no time limit, seed 0 (fewer
+    /// warm-up or timed steps left ResNet50's predictions 20% off on a CPU; docs/PROFILER.md).
     fn default() -> ProfileOptions {
         ProfileOptions {
-            warmup: 2,
-            min_repeats: 5,
+            warmup: 5,
+            min_repeats: 15,
             max_repeats: 30,
             target_rel_error: 0.01,
             time_limit: None,
