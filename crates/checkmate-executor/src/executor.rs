@@ -522,6 +522,24 @@ impl Executor {
         Ok((y, None))
     }
 
+    /// Stores layer `l`'s parameter gradients, in parameter order, the first time its backward
+    /// node runs in a step (a recompute must not change them; SPEC.md section 3). Entries past the
+    /// layer's parameters, and `None`s, are skipped.
+    fn store_grads<const N: usize>(
+        &mut self,
+        l: usize,
+        first_time: bool,
+        grads: [Option<Tensor>; N],
+    ) {
+        if first_time {
+            for (slot, g) in self.grads[l].iter_mut().zip(grads) {
+                if g.is_some() {
+                    *slot = g;
+                }
+            }
+        }
+    }
+
     fn backward(
         &mut self,
         l: usize,
@@ -619,54 +637,33 @@ impl Executor {
             Op::Dense(_) => {
                 let (dx, dw, db) =
                     k::dense_backward(x0()?, &self.params[l][0], &g, need(0)).ctx(ctx)?;
-                if first_time {
-                    self.grads[l][0] = Some(dw);
-                    if layer.params.len() > 1 {
-                        self.grads[l][1] = Some(db);
-                    }
-                }
+                self.store_grads(l, first_time, [Some(dw), Some(db)]);
                 outs[0] = dx;
             }
             Op::Conv2d(c) => {
                 let (dx, dw, db) =
                     k::conv2d_backward(x0()?, &self.params[l][0], &g, c, need(0), c.bias)
                         .ctx(ctx)?;
-                if first_time {
-                    self.grads[l][0] = Some(dw);
-                    if let Some(db) = db {
-                        self.grads[l][1] = Some(db);
-                    }
-                }
+                self.store_grads(l, first_time, [Some(dw), db]);
                 outs[0] = dx;
             }
             Op::ConvTranspose2d(c) => {
                 let (dx, dw, db) =
                     k::conv_transpose2d_backward(x0()?, &self.params[l][0], &g, c, need(0), c.bias)
                         .ctx(ctx)?;
-                if first_time {
-                    self.grads[l][0] = Some(dw);
-                    if let Some(db) = db {
-                        self.grads[l][1] = Some(db);
-                    }
-                }
+                self.store_grads(l, first_time, [Some(dw), db]);
                 outs[0] = dx;
             }
             Op::BatchNorm(b) => {
                 let (dx, dgamma, dbeta) =
                     k::batch_norm_backward(x0()?, &self.params[l][0], &g, b.epsilon).ctx(ctx)?;
-                if first_time {
-                    self.grads[l][0] = Some(dgamma);
-                    self.grads[l][1] = Some(dbeta);
-                }
+                self.store_grads(l, first_time, [Some(dgamma), Some(dbeta)]);
                 outs[0] = Some(dx);
             }
             Op::LayerNorm { epsilon } => {
                 let (dx, dgamma, dbeta) =
                     k::layer_norm_backward(x0()?, &self.params[l][0], &g, *epsilon).ctx(ctx)?;
-                if first_time {
-                    self.grads[l][0] = Some(dgamma);
-                    self.grads[l][1] = Some(dbeta);
-                }
+                self.store_grads(l, first_time, [Some(dgamma), Some(dbeta)]);
                 outs[0] = Some(dx);
             }
             Op::Dropout { rate } => {
