@@ -403,16 +403,8 @@ pub fn run(args: ProfileArgs) -> Result<()> {
             .collect(),
         None => Vec::new(),
     };
+    let kind_secs = |k: NodeKind| kind_seconds(&graph, &table, k);
     if args.json {
-        let kind_secs = |k: NodeKind| -> f64 {
-            graph
-                .nodes()
-                .iter()
-                .zip(&table.nodes)
-                .filter(|(n, _)| n.kind == k)
-                .map(|(_, c)| c.seconds)
-                .sum()
-        };
         print_json(&json!({
             "model": name,
             "batch": batch,
@@ -542,6 +534,17 @@ pub fn run(args: ProfileArgs) -> Result<()> {
     Ok(())
 }
 
+/// Seconds of one kind of node (forward, loss, backward) in `table`.
+fn kind_seconds(graph: &checkmate_graph::Graph, table: &CostTable, kind: NodeKind) -> f64 {
+    graph
+        .nodes()
+        .iter()
+        .zip(&table.nodes)
+        .filter(|(n, _)| n.kind == kind)
+        .map(|(_, c)| c.seconds)
+        .sum()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn print_human(
     args: &ProfileArgs,
@@ -568,15 +571,6 @@ fn print_human(
         );
     }
     let total: f64 = table.nodes.iter().map(|n| n.seconds).sum();
-    let kind = |k: NodeKind| -> f64 {
-        graph
-            .nodes()
-            .iter()
-            .zip(&table.nodes)
-            .filter(|(n, _)| n.kind == k)
-            .map(|(_, c)| c.seconds)
-            .sum()
-    };
     if let Some(p) = measured {
         println!(
             "\n{:<28} {:<8} {:>11} {:>7} {:>6} {:>11}",
@@ -599,9 +593,9 @@ fn print_human(
     }
     println!(
         "\nforward {:.4} s + loss {:.4} s + backward {:.4} s = {:.4} s per checkpoint-all step ({} nodes)",
-        kind(NodeKind::Forward),
-        kind(NodeKind::Loss),
-        kind(NodeKind::Backward),
+        kind_seconds(graph, table, NodeKind::Forward),
+        kind_seconds(graph, table, NodeKind::Loss),
+        kind_seconds(graph, table, NodeKind::Backward),
         total,
         table.nodes.len()
     );

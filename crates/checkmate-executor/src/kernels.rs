@@ -487,10 +487,7 @@ fn fold(cols: &Tensor, f: &Fold) -> Result<Tensor> {
         for b in 0..f.kw {
             let slice = t.narrow(2, a * f.kw + b, 1)?.squeeze(2)?;
             let placed = place(&slice, a, b, [f.s, f.s], hq, wq)?;
-            acc = Some(match acc {
-                None => placed,
-                Some(acc) => acc.add(&placed)?,
-            });
+            acc = Some(add_into(acc, placed)?);
         }
     }
     let Some(acc) = acc else {
@@ -696,19 +693,21 @@ pub fn max_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor>
             Some(t) => hit.mul(&t.affine(-1.0, 1.0)?)?,
         };
         let placed = geo.place(&first.mul(g)?, a, b)?;
-        acc = Some(match acc {
-            None => placed,
-            Some(s) => s.add(&placed)?,
-        });
-        taken = Some(match taken {
-            None => first,
-            Some(t) => t.add(&first)?,
-        });
+        acc = Some(add_into(acc, placed)?);
+        taken = Some(add_into(taken, first)?);
     }
     let Some(acc) = acc else {
         candle_core::bail!("empty pooling window")
     };
     geo.unpad(&acc)
+}
+
+/// `acc + t`, or `t` when nothing is accumulated yet (sums in a fixed order stay bitwise stable).
+fn add_into(acc: Option<Tensor>, t: Tensor) -> Result<Tensor> {
+    match acc {
+        None => Ok(t),
+        Some(a) => a.add(&t),
+    }
 }
 
 /// Average pooling (padded cells not counted).
@@ -726,10 +725,7 @@ pub fn avg_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor>
     let mut acc: Option<Tensor> = None;
     for (a, b) in geo.offsets() {
         let placed = geo.place(&share, a, b)?;
-        acc = Some(match acc {
-            None => placed,
-            Some(s) => s.add(&placed)?,
-        });
+        acc = Some(add_into(acc, placed)?);
     }
     let Some(acc) = acc else {
         candle_core::bail!("empty pooling window")
