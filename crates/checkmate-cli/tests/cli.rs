@@ -1,22 +1,16 @@
 //! End-to-end: the `checkmate` binary on the shared VGG16 graph.
 
-use std::process::Command;
-
 const VGG16: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../../shared/graphs/checkmate/VGG16_256_224.json"
 );
 
+mod common;
+
+/// Runs `checkmate`: success, the `--json` object, stderr.
 fn checkmate(args: &[&str]) -> (bool, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_checkmate"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let last = stdout.lines().last().unwrap_or("null");
-    let json = serde_json::from_str(last).unwrap_or(serde_json::Value::Null);
-    (out.status.success(), json, stderr)
+    let (ok, stdout, stderr) = common::run(args);
+    (ok, common::last_json(&stdout), stderr)
 }
 
 #[test]

@@ -1,19 +1,9 @@
 //! End-to-end: `checkmate profile` on a tiny MLP (a second or two in a debug build).
 
 use std::path::PathBuf;
-use std::process::Command;
 
-fn checkmate(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_checkmate"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
+mod common;
+use common::run as checkmate;
 
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("checkmate-profile-{tag}-{}", std::process::id()));

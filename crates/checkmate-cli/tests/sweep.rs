@@ -1,23 +1,12 @@
 //! End-to-end: `checkmate sweep` on the shared VGG16 graph (table, JSON, SVG).
 
-use std::process::Command;
-
 const VGG16: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../../shared/graphs/checkmate/VGG16_256_224.json"
 );
 
-fn checkmate(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_checkmate"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
+mod common;
+use common::run as checkmate;
 
 #[test]
 fn sweep_json_and_svg_cover_every_point() {

@@ -1,17 +1,15 @@
 //! End-to-end: `checkmate train` and `checkmate max-batch` on small zoo models.
 
-use std::process::Command;
+mod common;
 
+/// Runs `checkmate`: success, the `--json` object, stdout and stderr together.
 fn checkmate(args: &[&str]) -> (bool, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_checkmate"))
-        .args(args)
-        .output()
-        .expect("binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let last = stdout.lines().last().unwrap_or("null");
-    let json = serde_json::from_str(last).unwrap_or(serde_json::Value::Null);
-    (out.status.success(), json, format!("{stdout}\n{stderr}"))
+    let (ok, stdout, stderr) = common::run(args);
+    (
+        ok,
+        common::last_json(&stdout),
+        format!("{stdout}\n{stderr}"),
+    )
 }
 
 fn u(v: &serde_json::Value, key: &str) -> u64 {
