@@ -46,7 +46,9 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // The highs crate warns on every solve stopped by its time limit, which
+                // `checkmate` reports itself (status `feasible` / `timeout`).
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,highs=error")),
         )
         .with_writer(std::io::stderr)
         .init();

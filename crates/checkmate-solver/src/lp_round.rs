@@ -1,9 +1,11 @@
 //! `lp-round`: Checkmate's two-phase LP rounding, then repair and local search.
 //!
 //! 0. Starting points: the cheapest baseline within budget; when none fits, the least-peak
-//!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, a quarter of the time).
+//!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, a quarter of the time,
+//!    70% when the LP is skipped).
 //! 1. Solve the LP relaxation of the (default) formulation at `(1 - eps) * budget` (the LPs get
-//!    40% of the time limit).
+//!    40% of the time limit; skipped above 300 nodes unless the time limit is at least 60 s, and
+//!    always above 600).
 //! 2. Round `S`: a deterministic threshold sweep (0.5 first, then 0.1..0.9) and seeded randomized
 //!    rounding; `R` from Algorithm 2; judge each candidate with the simulator.
 //! 3. Search `eps` (0 first, which gives the lower bound, then the paper's 0.1, then 0.05 and
@@ -47,6 +49,8 @@ const EPS: &[f64] = &[0.0, 0.1, 0.05, 0.2, 0.3, 0.4, 0.5];
 const RANDOM_SAMPLES: usize = 16;
 /// Largest graph for which the LP is attempted (above it the LP alone takes minutes).
 const MAX_LP_NODES: usize = 600;
+/// Largest graph for which the LP is attempted without an explicit time limit.
+const DEFAULT_LP_NODES: usize = 300;
 
 /// A schedule judged by the simulator.
 #[derive(Debug, Clone)]
@@ -129,14 +133,32 @@ fn randomized(frac: &[Vec<f64>], rng: &mut ChaCha8Rng) -> Vec<FixedBitSet> {
         .collect()
 }
 
-/// Deadline for the whole strategy: the given time limit, or one that grows with the graph
-/// (0.25 s per node, 8 to 30 s: the LP of a 71-node graph alone takes about 2 s on one core, and
-/// the fixed-keep MILP needs several more to reach 5% of the optimum at tight budgets).
+/// Deadline for the whole strategy: the given time limit, or one that grows with the graph:
+/// 0.25 s per node, 8 to 30 s, where the LP is attempted by default (the LP of a 71-node graph
+/// alone takes about 2 s on one core, and the fixed-keep MILP needs several more to reach 5% of
+/// the optimum at tight budgets); 0.02 s per node, 5 to 60 s, above [`DEFAULT_LP_NODES`], where
+/// only the baselines, repair and local search run.
 fn default_limit(graph: &Graph, options: &SolveOptions) -> Duration {
-    options
-        .time_limit
-        .unwrap_or_else(|| Duration::from_secs_f64((graph.len() as f64 * 0.25).clamp(8.0, 30.0)))
+    options.time_limit.unwrap_or_else(|| {
+        let n = graph.len() as f64;
+        Duration::from_secs_f64(if graph.len() <= DEFAULT_LP_NODES {
+            (n * 0.25).clamp(8.0, 30.0)
+        } else {
+            (n * 0.02).clamp(5.0, 60.0)
+        })
+    })
 }
+
+/// Whether the LP relaxation is attempted: up to [`DEFAULT_LP_NODES`] nodes, or up to
+/// [`MAX_LP_NODES`] when the caller gives at least [`LONG_LIMIT`] (ResNet50's LP, 353 nodes and
+/// 480k rows, did not solve within 12 s on one core, and its plans came from the other steps).
+pub(crate) fn lp_attempted(graph: &Graph, options: &SolveOptions) -> bool {
+    graph.len() <= DEFAULT_LP_NODES
+        || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES)
+}
+
+/// A time limit long enough to try the LP of graphs above [`DEFAULT_LP_NODES`] nodes.
+const LONG_LIMIT: Duration = Duration::from_secs(60);
 
 impl Strategy for LpRound {
     fn name(&self) -> &'static str {
@@ -180,14 +202,16 @@ pub(crate) fn plan_lp_round(
             consider(j, &mut best, &mut over);
         }
     }
+    let with_lp = lp_attempted(graph, options);
     if best.is_none() {
         // Near the least feasible budget no baseline fits: lower the least-peak baseline by
-        // repair until it does (a quarter of the time at most).
+        // repair until it does (a quarter of the time at most; 70% when there is no LP).
+        let share = if with_lp { 0.25 } else { 0.7 };
         let j = crate::milp::least_peak_heuristic(
             graph,
             options,
             budget_bytes,
-            start + limit.mul_f64(0.25),
+            start + limit.mul_f64(share),
         );
         consider(j, &mut best, &mut Vec::new());
     }
@@ -195,7 +219,7 @@ pub(crate) fn plan_lp_round(
     let lp_deadline = start + limit.mul_f64(0.4);
     let mut rounded_fits = false;
     let mut full_lp: Option<(Model, Vec<f64>)> = None;
-    if graph.len() <= MAX_LP_NODES {
+    if with_lp {
         let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
         for &eps in EPS {
             // Past the paper's eps, only search larger ones while nothing fits (the fallback

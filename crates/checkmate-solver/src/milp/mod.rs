@@ -77,7 +77,8 @@ pub(crate) fn best_heuristic(
 }
 
 /// `lp-round`'s plan (without its fixed-keep MILP) as an incumbent, and its LP bound, given at
-/// most a quarter of the time limit.
+/// most a quarter of the time limit (half when it skips its LP: near the least feasible budget
+/// its repair descent then needs the time, and on such graphs the MILP rarely proves anything).
 fn lp_round_incumbent(
     graph: &Graph,
     budget: u64,
@@ -85,9 +86,15 @@ fn lp_round_incumbent(
     start: Instant,
 ) -> (Option<Incumbent>, Option<f64>) {
     let mut opts = options.clone();
-    opts.time_limit = options
-        .time_limit
-        .map(|l| l.mul_f64(0.25).saturating_sub(start.elapsed()));
+    let share = |f: f64| {
+        options
+            .time_limit
+            .map(|l| l.mul_f64(f).saturating_sub(start.elapsed()))
+    };
+    opts.time_limit = share(0.25);
+    if !crate::lp_round::lp_attempted(graph, &opts) {
+        opts.time_limit = share(0.5);
+    }
     if opts.time_limit.is_some_and(|l| l.is_zero()) {
         return (None, None);
     }
@@ -335,6 +342,19 @@ pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeas
         "least peak heuristic"
     );
     if out.proven() {
+        return Ok(out);
+    }
+    let with_limit = SolveOptions {
+        time_limit: Some(limit),
+        ..options.clone()
+    };
+    if !crate::lp_round::lp_attempted(graph, &with_limit) {
+        // The min-peak model of such a graph (500k+ rows) takes longer than the time limit to
+        // build and presolve (HiGHS's presolve does not stop at it): the bound stays the floor.
+        tracing::debug!(
+            nodes = graph.len(),
+            "least feasible budget: no MILP for a graph this large"
+        );
         return Ok(out);
     }
     let model = Model::build(

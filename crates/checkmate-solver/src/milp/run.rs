@@ -55,6 +55,10 @@ pub(crate) struct RunResult {
 /// HiGHS issues 810 and 1838): every solve holds this lock.
 static HIGHS_LOCK: Mutex<()> = Mutex::new(());
 
+/// Above this many integer columns with a cost, the objective goes through one continuous column
+/// (see [`run`]).
+const OBJECTIVE_COLUMN_ABOVE: usize = 20_000;
+
 /// Solves `model` (MILP when it has integer columns, LP otherwise) with HiGHS.
 pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     let start = Instant::now();
@@ -65,15 +69,51 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
         message,
     };
     let mut pb = RowProblem::default();
+    // With many integer columns in the objective, HiGHS's set-up partitions them into cliques
+    // (`HighsObjectiveFunction::setupCliquePartition`), which does not check the time limit: on
+    // ResNet50's paper formulation (62k binary `R` with costs, 224k binaries) it ran for 160 s
+    // under a 10 s limit. The objective then goes through one continuous column `z = cost . x`
+    // instead (the same problem; HiGHS skips the partition when no binary has a cost).
+    let objective_column = model
+        .col_int
+        .iter()
+        .zip(&model.col_cost)
+        .filter(|&(&int, &c)| int && c != 0.0)
+        .count()
+        > OBJECTIVE_COLUMN_ABOVE;
     let cols: Vec<highs::Col> = (0..model.num_cols())
         .map(|c| {
             pb.add_column_with_integrality(
-                model.col_cost[c],
+                if objective_column {
+                    0.0
+                } else {
+                    model.col_cost[c]
+                },
                 model.col_lo[c]..=model.col_hi[c],
                 model.col_int[c],
             )
         })
         .collect();
+    if objective_column {
+        // Bounded by the warm start's objective (no better solution is cut off): a free `z`
+        // would be substituted back into the objective by presolve.
+        let warm_objective = opts
+            .warm_start
+            .as_ref()
+            .filter(|w| w.len() == model.num_cols())
+            .map(|w| objective_of(model, w));
+        let hi = warm_objective.map_or(f64::INFINITY, |v| v + 1e-6 * v.abs().max(1.0));
+        let lo = model.col_cost.iter().map(|c| c.min(0.0)).sum::<f64>();
+        let z = pb.add_column(1.0, lo..=hi);
+        let mut row: Vec<(highs::Col, f64)> = cols
+            .iter()
+            .zip(&model.col_cost)
+            .filter(|&(_, &c)| c != 0.0)
+            .map(|(&col, &c)| (col, c))
+            .collect();
+        row.push((z, -1.0));
+        pb.add_row(0.0..=0.0, &row);
+    }
     let mut row: Vec<(highs::Col, f64)> = Vec::new();
     for r in 0..model.num_rows() {
         row.clear();
@@ -133,7 +173,11 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     }
     if let Some(w) = &opts.warm_start {
         if w.len() == model.num_cols() {
-            if let Err(e) = hm.try_set_solution(Some(w), None, None, None) {
+            let mut w = w.clone();
+            if objective_column {
+                w.push(objective_of(model, &w));
+            }
+            if let Err(e) = hm.try_set_solution(Some(&w), None, None, None) {
                 tracing::debug!("HiGHS ignored the warm start: {e:?}");
             }
         }
@@ -150,7 +194,7 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
         .map_err(|e| fail(format!("HiGHS failed: {e:?}")))?;
     let status = solved.status();
     let has_solution = solved.primal_solution_status() == HighsSolutionStatus::Feasible;
-    let x = has_solution.then(|| solved.get_solution().columns().to_vec());
+    let x = has_solution.then(|| solved.get_solution().columns()[..model.num_cols()].to_vec());
     // Back to cost units (the model's objective is divided by `cost_scale`).
     let objective = has_solution.then(|| solved.objective_value() * model.cost_scale);
     let dual_bound = if is_mip {
@@ -182,6 +226,11 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
         objective,
         dual_bound,
     })
+}
+
+/// `cost . x` for a full column vector.
+fn objective_of(model: &Model, x: &[f64]) -> f64 {
+    x.iter().zip(&model.col_cost).map(|(x, c)| x * c).sum()
 }
 
 fn set_option<V: highs::HighsOptionValue>(
