@@ -268,11 +268,14 @@ pub fn run(part: &str, args: &[String]) -> Result<()> {
                 ("max-batch", max_batch),
                 ("train", train),
             ];
+            let started = date();
+            let mut seconds = serde_json::Map::new();
             for (name, f) in parts {
                 eprintln!(
                     "== bench {name} ({:.0} s so far)",
                     t0.elapsed().as_secs_f64()
                 );
+                let part_t0 = Instant::now();
                 if let Err(e) = f(&ctx) {
                     eprintln!("bench {name} failed: {e:#}");
                     ctx.save(
@@ -280,7 +283,13 @@ pub fn run(part: &str, args: &[String]) -> Result<()> {
                         &json!({"meta": ctx.meta(Instant::now(), "-"), "error": format!("{e:#}")}),
                     )?;
                 }
+                seconds.insert(name.into(), json!(part_t0.elapsed().as_secs_f64()));
             }
+            ctx.save(
+                "run",
+                &json!({"machine": machine(), "started": started, "command": ctx.command,
+                        "seconds": t0.elapsed().as_secs_f64(), "parts": seconds}),
+            )?;
         }
         other => bail!("unknown bench part {other:?}"),
     }
@@ -917,6 +926,26 @@ fn render(ctx: &Ctx) -> Result<()> {
          `cargo xtask bench results --quick` is a smaller run (fewer graphs, budgets, models and \
          shorter solver limits) meant to finish in a few minutes.\n"
     )?;
+    if let Some(run) = ctx.load("run") {
+        let parts = run["parts"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k} {:.0} s", v.as_f64().unwrap_or(0.0)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        writeln!(
+            md,
+            "Last complete run: `{}` on {}, started {}, **{:.1} min** in all ({parts}; plus the \
+             release build). A section whose date differs was regenerated on its own afterwards.\n",
+            run["command"].as_str().unwrap_or("-"),
+            run["machine"].as_str().unwrap_or("-"),
+            run["started"].as_str().unwrap_or("-"),
+            run["seconds"].as_f64().unwrap_or(0.0) / 60.0
+        )?;
+    }
     writeln!(md, "Contents: [1. Approximation quality](#1-approximation-quality-paper-table-2) · [2. Frontiers](#2-frontiers-paper-figure-5) · [3. Solve time](#3-solve-time) · [4. Largest batch](#4-largest-batch-paper-figure-6) · [5. Real training](#5-real-training-on-this-cpu) · [6. One plan](#6-one-plan-memory-over-time-and-the-r-and-s-matrices)\n")?;
     let frontier = ctx.load("frontier");
     render_table2(&mut md, frontier.as_ref())?;

@@ -6,8 +6,8 @@
 //! then the min-peak MILP), reported with its proven lower bound; the budgets use the least peak
 //! found, so a plan exists at each of them.
 //! Options: `--time-limit SEC` (per MILP solve, default 300), `--lf-time-limit SEC` (least feasible
-//! budget, default 60), `--out FILE`, `--graphs DIR`, `--only SUBSTRING` (graphs whose file name
-//! contains it), `--no-paper`, `--random` (also run `lp-round` on the random layered graphs).
+//! budget, default 60), `--out FILE`, `--graphs DIR`, `--only A,B` (graphs whose file name
+//! contains one of them), `--no-paper`, `--random` (also run `lp-round` on the random layered graphs).
 //! `--strategies a,b` runs only those; `--lf NAME=BYTES` (repeatable) takes LF as given for graphs
 //! whose file name contains NAME (to rerun some strategies at another run's budgets).
 //! `lp-round` runs with its default time limit (as `checkmate solve` does without `--time-limit`).
@@ -291,8 +291,10 @@ pub fn run(args: &[String]) -> Result<()> {
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .filter(|p| {
             a.only.as_ref().is_none_or(|o| {
-                p.file_name()
-                    .is_some_and(|f| f.to_string_lossy().contains(o))
+                p.file_name().is_some_and(|f| {
+                    let f = f.to_string_lossy();
+                    o.split(',').any(|part| f.contains(part))
+                })
             })
         })
         .collect();
