@@ -329,7 +329,7 @@ fn compute_greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Vec<Evaluate
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use checkmate_graph::NodeSpec;
 
