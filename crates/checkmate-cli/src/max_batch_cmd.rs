@@ -128,10 +128,10 @@ impl MaxBatchArgs {
 
     /// Galloping then bisection for the largest batch that fits (feasibility taken as monotone in
     /// the batch, which it is for every strategy's memory model here up to solver time limits).
-    /// The search starts at `hint` (the best batch of a strategy searched before) when the
-    /// strategy fits there, else at batch 1; from there it tries `+1, +2, +4, ...` until a batch
-    /// does not fit (from 1 that is plain doubling), then bisects. With a good hint a slow
-    /// strategy (`milp`) needs two probes instead of a dozen.
+    /// The search starts at `hint` (for `milp`: the best batch of the strategies searched
+    /// before) when the strategy fits there, else at batch 1; from there it tries
+    /// `+1, +2, +4, ...` until a batch does not fit (from 1 that is plain doubling), then bisects.
+    /// With a good hint `milp` needs two probes instead of a dozen.
     fn search(
         &self,
         name: &str,
@@ -227,13 +227,21 @@ pub fn run(args: MaxBatchArgs) -> Result<()> {
     for s in &args.strategies {
         let strategy = strategy_by_name(s.trim())?;
         let started = Instant::now();
-        let hint = rows
-            .iter()
-            .filter_map(|(_, fit, _, _): &(String, Option<Fit>, _, f64)| {
-                fit.as_ref().map(|f| f.batch)
-            })
-            .max()
-            .unwrap_or(1);
+        // Only `milp` starts from the batches found before: its probes are the expensive ones
+        // (each may run to the time limit) and it starts from `lp-round`'s plan anyway. The
+        // heuristics search from 1: their time-limited answers are not exactly monotone in the
+        // batch, and a search from another strategy's batch can stop at a dip (mobilenet:
+        // lp-round 1133 from chen-greedy's 1133, 1227 from 1).
+        let hint = if strategy.name() == checkmate_solver::milp::NAME {
+            rows.iter()
+                .filter_map(|(_, fit, _, _): &(String, Option<Fit>, _, f64)| {
+                    fit.as_ref().map(|f| f.batch)
+                })
+                .max()
+                .unwrap_or(1)
+        } else {
+            1
+        };
         let fit = args.search(&name, strategy.as_ref(), memory, &options, hint)?;
         let search_seconds = started.elapsed().as_secs_f64();
         let confirmation = match (&fit, args.no_confirm) {
