@@ -214,7 +214,8 @@ pub fn machine() -> String {
     format!("{model}, {cores} cores (nproc)")
 }
 
-fn date() -> String {
+/// The current date and time, UTC, to the minute.
+pub fn date() -> String {
     Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
         .output()

@@ -127,29 +127,9 @@ fn run_one(g: &Graph, name: &str, budget: u64, options: &SolveOptions, label: &s
     Ok(row)
 }
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("{cpu}, {cores} cores available (runs single-threaded)")
-}
-
-fn today() -> String {
-    std::process::Command::new("date")
-        .arg("-u")
-        .arg("+%Y-%m-%d %H:%M UTC")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+/// The budget `frac` of the way from the least feasible budget `lf` to the checkpoint-all peak.
+fn budget_at(lf: u64, all: u64, frac: f64) -> u64 {
+    lf + (all.saturating_sub(lf) as f64 * frac).round() as u64
 }
 
 /// Graphs on which the issue asks the default `milp` to prove optimality within 60 s.
@@ -318,11 +298,19 @@ pub fn run(args: &[String]) -> Result<()> {
         time_limit: None,
         ..options.clone()
     };
+    let lf_opts = SolveOptions {
+        time_limit: Some(a.lf_time_limit),
+        ..options.clone()
+    };
     let bench_start = Instant::now();
     let mut head = String::new();
     writeln!(head, "# Solver benchmark\n")?;
-    writeln!(head, "- machine: {}", machine())?;
-    writeln!(head, "- date: {}", today())?;
+    writeln!(
+        head,
+        "- machine: {}; runs single-threaded",
+        crate::bench_results::machine()
+    )?;
+    writeln!(head, "- date: {}", crate::bench_results::date())?;
     writeln!(
         head,
         "- command: `cargo xtask bench solver {}` (release build of xtask)",
@@ -379,10 +367,6 @@ pub fn run(args: &[String]) -> Result<()> {
         eprintln!("{stem}: {} nodes", g.len());
         let all = CheckpointAll::peak_bytes(&g);
         let t0 = Instant::now();
-        let lf_opts = SolveOptions {
-            time_limit: Some(a.lf_time_limit),
-            ..options.clone()
-        };
         let given = a
             .lf_given
             .iter()
@@ -420,7 +404,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "| budget | strategy | status | cost | cost / optimal | lower bound | seconds |\n|---|---|---|---|---|---|---|"
         )?;
         for frac in [0.1, 0.3, 0.5] {
-            let budget = lf + ((all.saturating_sub(lf)) as f64 * frac).round() as u64;
+            let budget = budget_at(lf, all, frac);
             let inst = format!("{stem} LF+{:.0}%", frac * 100.0);
             eprintln!(" budget LF+{:.0}% = {budget}", frac * 100.0);
             let mut rows = Vec::new();
@@ -541,10 +525,6 @@ pub fn run(args: &[String]) -> Result<()> {
         for path in rfiles {
             let g = Graph::read(&path)?;
             let all = CheckpointAll::peak_bytes(&g);
-            let lf_opts = SolveOptions {
-                time_limit: Some(a.lf_time_limit),
-                ..options.clone()
-            };
             let t0 = Instant::now();
             let lfr = milp::least_feasible(&g, &lf_opts)?;
             let name = path
@@ -559,8 +539,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 t0.elapsed().as_secs_f64()
             );
             for frac in [0.1, 0.3, 0.5] {
-                let budget =
-                    lfr.bytes + ((all.saturating_sub(lfr.bytes)) as f64 * frac).round() as u64;
+                let budget = budget_at(lfr.bytes, all, frac);
                 let row = run_one(&g, "lp-round", budget, &lp_options, "lp-round")?;
                 if g.len() >= 1000 {
                     largest.push(format!(
