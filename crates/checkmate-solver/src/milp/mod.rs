@@ -164,6 +164,15 @@ pub(crate) fn solve_milp(
             .as_ref()
             .filter(|b| use_warm && cutoff.map_or(true, |c| b.cost < c))
             .and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
+        if let Some(w) = warm_start
+            .as_ref()
+            .filter(|_| tracing::enabled!(tracing::Level::DEBUG))
+        {
+            // HiGHS rejects a start that violates a row; say which (none should).
+            for v in warm::violated_rows(&model, w) {
+                tracing::debug!("warm start violates {v}");
+            }
+        }
         let warm_passed = warm_start.is_some();
         if best.is_some() && warm_start.is_none() {
             tracing::debug!("the incumbent does not fit the model's memory count; not passed");

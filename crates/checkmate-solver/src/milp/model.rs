@@ -467,8 +467,68 @@ impl Model {
                 }
                 prev = Some((u, k));
             }
+            if !paper && integer {
+                // (MILP only, like rule 7: in `lp-round`'s LP they changed which roundings fit,
+                // and its plan at SegNet LF+10% went from 1.001x to 1.079x the optimum.)
+                if let Some(b) = budget_units {
+                    m.add_too_big_rows(graph, t, b, &mem, &ws, &free_of);
+                }
+            }
         }
         m
+    }
+
+    /// Rule 11 of docs/FORMULATION.md: when stage `t` computes `t`, its inputs, its output and its
+    /// workspace are live; a tensor bigger than what the budget leaves beside them cannot be live
+    /// then, so it is not kept into the stage unless freed before that moment. The row is
+    /// `S[t,j] + R[t,j] - sum FREE[t,(j,k)] <= 0` (k < t): the model's count of `j` at that
+    /// moment, 0 or 1 for integral `R`, `S` and logical `FREE`. The memory row alone lets a
+    /// fraction of such a tensor fit, which is much of the LP's gap at tight budgets. (The same
+    /// rows at the stage's earlier moments, conditional on their compute, added 0-5 rows on the
+    /// shared graphs and did not move the bound.)
+    fn add_too_big_rows(
+        &mut self,
+        graph: &Graph,
+        t: usize,
+        budget: f64,
+        mem: &[f64],
+        ws: &[f64],
+        free_of: &[Vec<(NodeIdx, u32)>],
+    ) {
+        let n = self.n;
+        let mut is_input = vec![false; t];
+        let mut need = ws[t] + mem[t];
+        for &i in graph.preds(t) {
+            if !is_input[i] {
+                is_input[i] = true;
+                need += mem[i];
+            }
+        }
+        let room = budget - need;
+        let too_big: Vec<NodeIdx> = (0..t)
+            .filter(|&j| !is_input[j] && mem[j] > room * (1.0 + 1e-9) + 1e-9)
+            .collect();
+        if too_big.is_empty() {
+            return;
+        }
+        // The stage's FREE columns of each tensor.
+        let mut frees_of: Vec<Vec<u32>> = vec![Vec::new(); t];
+        for frees in &free_of[..t] {
+            for &(i, c) in frees {
+                frees_of[i].push(c);
+            }
+        }
+        for j in too_big {
+            let mut e = Expr::default();
+            e.add(self.s[t * n + j], 1.0).add(self.r[t * n + j], 1.0);
+            if e.terms.is_empty() {
+                continue;
+            }
+            for &c in &frees_of[j] {
+                e.add(Var::Col(c), -1.0);
+            }
+            self.add_row(e, f64::NEG_INFINITY, 0.0);
+        }
     }
 
     fn add_col(&mut self, kind: ColKind, cost: f64, lo: f64, hi: f64, int: bool) -> u32 {

@@ -28,6 +28,51 @@ pub(crate) fn schedule_for_keeps(graph: &Graph, keep: &[FixedBitSet]) -> Schedul
         .expect("clean keeps only hold tensors computed before their stage")
 }
 
+/// `schedule` without unused keeps: Algorithm 2 again without them, until none is left (dropping
+/// one can make a compute of the stage before, and so a keep into it, unused). It never costs more
+/// nor peaks higher, and the default formulation's rows (rule 7) require it of a warm start.
+/// (The simulator frees an unused keep before the stage's first compute, so plans are judged
+/// without this step; it would double the cost of `lp-round`'s many judgments.)
+pub(crate) fn without_unused_keeps(graph: &Graph, schedule: &Schedule) -> Schedule {
+    let mut schedule = schedule.clone();
+    // Each round drops keeps, so this ends.
+    while let Some(fewer) = drop_unused_keeps(graph, &schedule) {
+        schedule = Schedule::cheapest_given_keeps(graph, fewer)
+            .expect("dropping unused keeps leaves valid keeps");
+    }
+    schedule
+}
+
+/// The keeps of `schedule` without those that no compute of their stage reads and that are not
+/// kept into the next stage (`None` when there are none). The simulator frees such a tensor
+/// before the stage's first compute (it may still have cost a compute in the stage before), but
+/// the model counts it and rule 7's rows forbid it, so a warm start holding one is rejected by
+/// HiGHS. Dropping it never adds a compute or raises the peak. Stages from the last, as a keep
+/// into `t + 1` dropped can leave the keep into `t` unused.
+pub(crate) fn drop_unused_keeps(graph: &Graph, schedule: &Schedule) -> Option<Vec<FixedBitSet>> {
+    let n = graph.len();
+    let mut keep: Vec<FixedBitSet> = (0..n).map(|t| schedule.keeps(t).clone()).collect();
+    let mut dropped = false;
+    for t in (1..n).rev() {
+        let unused: Vec<usize> = keep[t]
+            .ones()
+            .filter(|&i| {
+                let read = graph
+                    .succs(i)
+                    .iter()
+                    .any(|&j| schedule.computes(t).contains(j));
+                let kept_on = t + 1 < n && keep[t + 1].contains(i);
+                !read && !kept_on
+            })
+            .collect();
+        for i in unused {
+            keep[t].set(i, false);
+            dropped = true;
+        }
+    }
+    dropped.then_some(keep)
+}
+
 /// The keep matrix of a plan: `S[t]` = tensors live at the end of the first compute of node `t - 1`
 /// (with the frees that follow it). Exact for plans made by `Schedule::to_plan`.
 pub(crate) fn keeps_of_plan(graph: &Graph, plan: &Plan) -> Vec<FixedBitSet> {
@@ -90,6 +135,7 @@ pub(crate) fn keeps_of_solution(model: &Model, x: &[f64]) -> Vec<FixedBitSet> {
 /// the model's (conservative) memory count exceeds the budget.
 #[allow(clippy::needless_range_loop)] // (t, k) indexing mirrors the paper's notation
 pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> Option<Vec<f64>> {
+    let schedule = &without_unused_keeps(graph, schedule);
     let n = model.n;
     let r = |t: usize, i: usize| schedule.computes(t).contains(i);
     let s = |t: usize, i: usize| t < n && schedule.keeps(t).contains(i);
@@ -152,4 +198,75 @@ pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> 
         })
         .collect();
     Some(x)
+}
+
+/// Rows of `model` that `x` violates (beyond 1e-6), with their terms, for debugging warm starts.
+pub(crate) fn violated_rows(model: &Model, x: &[f64]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in 0..model.num_rows() {
+        let (a, b) = (model.row_start[r], model.row_start[r + 1]);
+        let v: f64 = (a..b)
+            .map(|k| model.row_val[k] * x[model.row_idx[k] as usize])
+            .sum();
+        if v > model.row_hi[r] + 1e-6 || v < model.row_lo[r] - 1e-6 {
+            let terms: Vec<String> = (a..b)
+                .map(|k| {
+                    let c = model.row_idx[k] as usize;
+                    format!("{}*{:?}={}", model.row_val[k], model.col_kind[c], x[c])
+                })
+                .collect();
+            out.push(format!(
+                "row {r}: {} <= {v} <= {}: {}",
+                model.row_lo[r],
+                model.row_hi[r],
+                terms.join(" + ")
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baselines::tests::chain;
+    use crate::milp::model::BudgetMode;
+    use crate::Formulation;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any keep matrix becomes a schedule without unused keeps whose model vector satisfies
+        /// every row of the default formulation (rule 7 included): a warm start HiGHS accepts.
+        #[test]
+        fn warm_starts_satisfy_every_row(
+            m in 2usize..6,
+            bits in proptest::collection::vec(any::<bool>(), 0..400),
+        ) {
+            let g = chain(m, 10);
+            let n = g.len();
+            let keep: Vec<FixedBitSet> = (0..n)
+                .map(|t| {
+                    let mut row = FixedBitSet::with_capacity(n);
+                    for i in 0..t {
+                        if bits.get(t * n + i).copied().unwrap_or(false) {
+                            row.insert(i);
+                        }
+                    }
+                    row
+                })
+                .collect();
+            let schedule = without_unused_keeps(&g, &schedule_for_keeps(&g, &keep));
+            prop_assert!(drop_unused_keeps(&g, &schedule).is_none());
+            let (_, peak, _) = judge(&g, &schedule).expect("a valid schedule");
+            // At the schedule's own simulated peak its keeps fit the memory count, unused ones
+            // aside (docs/FORMULATION.md), so the vector must exist and satisfy every row.
+            let model = Model::build(&g, BudgetMode::Bytes(peak), Formulation::Fast, true);
+            let x = warm_vector(&g, &model, &schedule);
+            prop_assert!(x.is_some(), "no warm vector at the schedule's own peak {}", peak);
+            let bad = violated_rows(&model, &x.unwrap());
+            prop_assert!(bad.is_empty(), "violated: {:?}", bad);
+        }
+    }
 }
