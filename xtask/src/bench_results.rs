@@ -230,27 +230,6 @@ fn s(v: impl ToString) -> String {
 
 /// Runs a part (see the module docs).
 pub fn run(part: &str, args: &[String]) -> Result<()> {
-    // One build of both binaries (building them separately would unify features differently
-    // and rebuild the dependencies each time).
-    crate::run(
-        &crate::cargo(),
-        &[
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "checkmate-cli",
-            "-p",
-            "xtask",
-        ],
-    )?;
-    if cfg!(debug_assertions) {
-        // Solver and training timings are only meaningful in optimized builds.
-        let xtask = crate::workspace_root().join("target/release/xtask");
-        let mut a = vec!["bench", part];
-        a.extend(args.iter().map(String::as_str));
-        return crate::run(&xtask.display().to_string(), &a);
-    }
     let ctx = Ctx::new(part, args)?;
     let t0 = Instant::now();
     match part {

@@ -1,7 +1,13 @@
 //! Project automation: `cargo xtask ci | bench | train | profile`.
 
+// The benchmark code links the solver (HiGHS) and the plotting crates; it is behind the `bench`
+// feature so that `cargo xtask ci` (and `train`, `profile`) build in seconds. `cargo xtask bench`
+// builds the release xtask with that feature and runs it.
+#[cfg(feature = "bench")]
 mod bench_plots;
+#[cfg(feature = "bench")]
 mod bench_results;
+#[cfg(feature = "bench")]
 mod bench_solver;
 
 use std::process::Command;
@@ -108,12 +114,18 @@ fn cargo() -> String {
 fn ci() -> Result<()> {
     let cargo = cargo();
     run(&cargo, &["fmt", "--all", "--check"])?;
+    // Clippy in the test profile: build scripts are compiled per profile, and in the dev profile
+    // HiGHS's build script (6-9 minutes of C++ on two cores) would run again for the tests.
     run(
         &cargo,
         &[
             "clippy",
             "--workspace",
             "--all-targets",
+            "--profile",
+            "test",
+            "--features",
+            "xtask/bench",
             "--",
             "-D",
             "warnings",
@@ -125,26 +137,43 @@ fn ci() -> Result<()> {
 
 fn bench(rest: &[String]) -> Result<()> {
     let part = rest.first().map(String::as_str).unwrap_or("all");
-    match part {
-        "simulator" => run(
+    if part == "simulator" {
+        return run(
             &cargo(),
             &["bench", "-p", "checkmate-graph", "--bench", "simulator"],
-        ),
-        "solver" if cfg!(debug_assertions) => {
-            // Solver timings are only meaningful in an optimized build of our own crates.
-            let mut args = vec![
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "xtask",
-                "--",
-                "bench",
-                "solver",
-            ];
-            args.extend(rest[1..].iter().map(String::as_str));
-            run(&cargo(), &args)
-        }
+        );
+    }
+    #[cfg(feature = "bench")]
+    if !cfg!(debug_assertions) {
+        return bench_parts(part, rest);
+    }
+    // Solver and training timings are only meaningful in optimized builds. One build of both
+    // binaries: building them separately would unify features differently and rebuild the
+    // dependencies each time.
+    run(
+        &cargo(),
+        &[
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "checkmate-cli",
+            "-p",
+            "xtask",
+            "--features",
+            "xtask/bench",
+        ],
+    )?;
+    let xtask = workspace_root().join("target/release/xtask");
+    let mut args = vec!["bench"];
+    args.extend(rest.iter().map(String::as_str));
+    run(&xtask.display().to_string(), &args)
+}
+
+/// The benchmark parts, in the release build with the `bench` feature.
+#[cfg(feature = "bench")]
+fn bench_parts(part: &str, rest: &[String]) -> Result<()> {
+    match part {
         "solver" => bench_solver::run(&rest[1..]),
         p if bench_results::PARTS.contains(&p) => bench_results::run(p, &rest[1..]),
         "all" => bench_results::run("results", rest),
