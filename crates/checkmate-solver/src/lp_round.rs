@@ -310,7 +310,8 @@ pub(crate) fn plan_lp_round(
             consider(j, &mut best, &mut Vec::new());
         }
     }
-    let best = best.map(|b| repair::improve(graph, b, budget_bytes, deadline));
+    let best = best
+        .map(|b| without_unused_keeps(graph, repair::improve(graph, b, budget_bytes, deadline)));
     Ok(match best {
         Some(b) => Outcome {
             status: if lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9)) {
@@ -327,6 +328,25 @@ pub(crate) fn plan_lp_round(
             lower_bound,
         },
     })
+}
+
+/// `j` without the keeps its stage leaves unused, when that is cheaper (it only drops work, so
+/// it never peaks higher; [`warm::without_unused_keeps`]).
+fn without_unused_keeps(graph: &Graph, j: Judged) -> Judged {
+    let schedule = warm::without_unused_keeps(graph, &j.schedule);
+    match warm::judge(graph, &schedule) {
+        Some((plan, peak, cost)) if cost < j.cost && peak <= j.peak => Judged {
+            keeps: (0..graph.len())
+                .map(|t| schedule.keeps(t).clone())
+                .collect(),
+            schedule,
+            plan,
+            peak,
+            cost,
+            excess: j.excess,
+        },
+        _ => j,
+    }
 }
 
 /// Fixes every keep that the LP solution `x` (of `model`, at `budget`) sets to 0 or 1, makes the
@@ -408,4 +428,47 @@ pub fn lp_lower_bound(
     } else {
         None
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::baselines::tests::chain;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The plan `lp-round` returns is cleaned of unused keeps: never costlier, never higher,
+        /// and exactly as cheap as the cleaned schedule (random keeps often hold a tensor
+        /// computed in the stage before only to be kept into a stage that never reads it).
+        #[test]
+        fn returned_plans_are_cleaned_of_unused_keeps(
+            m in 2usize..6,
+            bits in proptest::collection::vec(any::<bool>(), 0..400),
+        ) {
+            let g = chain(m, 10);
+            let n = g.len();
+            let keep: Vec<FixedBitSet> = (0..n)
+                .map(|t| {
+                    let mut row = FixedBitSet::with_capacity(n);
+                    for i in 0..t {
+                        if bits.get(t * n + i).copied().unwrap_or(false) {
+                            row.insert(i);
+                        }
+                    }
+                    row
+                })
+                .collect();
+            let j = Judged::of(&g, keep, u64::MAX).expect("a valid schedule");
+            let cleaned = warm::without_unused_keeps(&g, &j.schedule);
+            let (_, _, cleaned_cost) = warm::judge(&g, &cleaned).expect("a valid schedule");
+            let (cost, peak) = (j.cost, j.peak);
+            let out = without_unused_keeps(&g, j);
+            prop_assert!(out.cost <= cost && out.peak <= peak);
+            prop_assert_eq!(out.cost, cleaned_cost.min(cost));
+            let sim = simulate(&g, &out.plan).expect("a valid plan");
+            prop_assert_eq!((sim.cost, sim.peak_bytes), (out.cost, out.peak));
+        }
+    }
 }

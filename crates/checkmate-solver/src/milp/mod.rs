@@ -60,7 +60,7 @@ pub(crate) fn best_heuristic(
             _ => continue,
         };
         let keeps = warm::keeps_of_plan(graph, &plan);
-        let schedule = warm::schedule_for_keeps(graph, &keeps);
+        let schedule = warm::cleaned_schedule(graph, &keeps);
         let Some((plan, peak, cost)) = warm::judge(graph, &schedule) else {
             continue;
         };
@@ -103,7 +103,7 @@ fn lp_round_incumbent(
     };
     let inc = out.plan.and_then(|plan| {
         let keeps = warm::keeps_of_plan(graph, &plan);
-        let schedule = warm::schedule_for_keeps(graph, &keeps);
+        let schedule = warm::cleaned_schedule(graph, &keeps);
         let (plan, peak, cost) = warm::judge(graph, &schedule)?;
         tracing::debug!(cost, peak, "lp-round incumbent");
         (peak <= budget).then_some(Incumbent {
@@ -196,7 +196,7 @@ pub(crate) fn solve_milp(
             });
         };
         let keeps = warm::keeps_of_solution(&model, x);
-        let schedule = warm::schedule_for_keeps(graph, &keeps);
+        let schedule = warm::cleaned_schedule(graph, &keeps);
         let Some((plan, peak, cost)) = warm::judge(graph, &schedule) else {
             return Err(crate::Error::Solver {
                 strategy: NAME.into(),
@@ -387,7 +387,7 @@ pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeas
     };
     let res = run::run(&model, &opts)?;
     if let Some(x) = res.x.as_ref() {
-        let schedule = warm::schedule_for_keeps(graph, &warm::keeps_of_solution(&model, x));
+        let schedule = warm::cleaned_schedule(graph, &warm::keeps_of_solution(&model, x));
         if let Some((_, p, _)) = warm::judge(graph, &schedule) {
             out.bytes = out.bytes.min(p);
         }
@@ -441,14 +441,15 @@ impl Strategy for Milp {
         // solution below c" proves the optimum is at least c; a solution below c that HiGHS proves
         // optimal is optimal overall. A try gets a share of the time; the plain solve follows.
         let mut proven_lb = lp_bound;
-        if let (Some(lb), Some(inc)) = (lp_bound, &incumbent) {
+        if let (Some(lb), true) = (lp_bound, incumbent.is_some()) {
             let gaps: Vec<f64> = std::env::var("CHECKMATE_CUTOFF_GAPS")
                 .ok()
                 .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
                 .unwrap_or_else(|| CUTOFF_GAPS.to_vec());
             for (k, &gap) in gaps.iter().enumerate() {
                 let c = lb * (1.0 + gap);
-                if c >= inc.cost * (1.0 - options.mip_gap) {
+                let inc_cost = incumbent.as_ref().map_or(f64::INFINITY, |i| i.cost);
+                if c >= inc_cost * (1.0 - options.mip_gap) {
                     break;
                 }
                 let mut opts = options.clone();
@@ -470,6 +471,16 @@ impl Strategy for Milp {
                         });
                     }
                     (RunStatus::Infeasible, _) => proven_lb = Some(c),
+                    // HiGHS keeps a solution above the cutoff that it found as its incumbent
+                    // but prunes with the cutoff: "optimal" then means that no solution is
+                    // below c (to within the gap; its reported dual bound is that incumbent's
+                    // cost, which is not a bound). Go on as for "infeasible".
+                    (RunStatus::Optimal, Some(b)) => {
+                        proven_lb = Some(c * (1.0 - options.mip_gap.max(0.0)));
+                        if incumbent.as_ref().map_or(true, |i| b.cost < i.cost) {
+                            incumbent = Some(b);
+                        }
+                    }
                     (_, Some(b)) => {
                         if b.cost < c {
                             if let Some(d) = res.lower_bound {

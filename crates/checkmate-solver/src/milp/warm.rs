@@ -28,11 +28,18 @@ pub(crate) fn schedule_for_keeps(graph: &Graph, keep: &[FixedBitSet]) -> Schedul
         .expect("clean keeps only hold tensors computed before their stage")
 }
 
+/// The cheapest schedule for `keep` without unused keeps ([`schedule_for_keeps`], then
+/// [`without_unused_keeps`]): what `milp` makes of every plan it keeps as an incumbent or returns.
+pub(crate) fn cleaned_schedule(graph: &Graph, keep: &[FixedBitSet]) -> Schedule {
+    without_unused_keeps(graph, &schedule_for_keeps(graph, keep))
+}
+
 /// `schedule` without unused keeps: Algorithm 2 again without them, until none is left (dropping
 /// one can make a compute of the stage before, and so a keep into it, unused). It never costs more
 /// nor peaks higher, and the default formulation's rows (rule 7) require it of a warm start.
-/// (The simulator frees an unused keep before the stage's first compute, so plans are judged
-/// without this step; it would double the cost of `lp-round`'s many judgments.)
+/// (The simulator frees an unused keep before the stage's first compute, but the compute that
+/// made it may be dropped too. `lp-round` judges its many candidates without this step, which
+/// would double their cost, and cleans only the plan it returns.)
 pub(crate) fn without_unused_keeps(graph: &Graph, schedule: &Schedule) -> Schedule {
     let mut schedule = schedule.clone();
     // Each round drops keeps, so this ends.
