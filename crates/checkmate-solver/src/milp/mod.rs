@@ -474,12 +474,15 @@ impl Strategy for Milp {
                     // HiGHS keeps a solution above the cutoff that it found as its incumbent
                     // but prunes with the cutoff: "optimal" then means that no solution is
                     // below c (to within the gap; its reported dual bound is that incumbent's
-                    // cost, which is not a bound). Go on as for "infeasible".
+                    // cost, which is not a bound). The plain solve follows, as before this case
+                    // was told apart (going on to the next cutoff instead left it less time:
+                    // MobileNet's bound after 30 s fell from 168450 to 162080).
                     (RunStatus::Optimal, Some(b)) => {
                         proven_lb = Some(c * (1.0 - options.mip_gap.max(0.0)));
                         if incumbent.as_ref().map_or(true, |i| b.cost < i.cost) {
                             incumbent = Some(b);
                         }
+                        break;
                     }
                     (_, Some(b)) => {
                         if b.cost < c {
