@@ -443,6 +443,7 @@ pub fn lp_lower_bound(
 mod tests {
     use super::*;
     use crate::baselines::tests::chain;
+    use crate::milp::warm::tests::keeps_from_bits;
     use proptest::prelude::*;
 
     proptest! {
@@ -458,17 +459,7 @@ mod tests {
         ) {
             let g = chain(m, 10);
             let n = g.len();
-            let keep: Vec<FixedBitSet> = (0..n)
-                .map(|t| {
-                    let mut row = FixedBitSet::with_capacity(n);
-                    for i in 0..t {
-                        if bits.get(t * n + i).copied().unwrap_or(false) {
-                            row.insert(i);
-                        }
-                    }
-                    row
-                })
-                .collect();
+            let keep = keeps_from_bits(n, &bits);
             let j = Judged::of(&g, keep, u64::MAX).expect("a valid schedule");
             let cleaned = warm::without_unused_keeps(&g, &j.schedule);
             let (_, _, cleaned_cost) = warm::judge(&g, &cleaned).expect("a valid schedule");

@@ -234,12 +234,28 @@ pub(crate) fn violated_rows(model: &Model, x: &[f64]) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::baselines::tests::chain;
     use crate::milp::model::BudgetMode;
     use crate::Formulation;
     use proptest::prelude::*;
+
+    /// A keep matrix of `n` stages from random bits (`S[t, i]` = `bits[t * n + i]`, `i < t`;
+    /// missing bits are 0).
+    pub(crate) fn keeps_from_bits(n: usize, bits: &[bool]) -> Vec<FixedBitSet> {
+        (0..n)
+            .map(|t| {
+                let mut row = FixedBitSet::with_capacity(n);
+                for i in 0..t {
+                    if bits.get(t * n + i).copied().unwrap_or(false) {
+                        row.insert(i);
+                    }
+                }
+                row
+            })
+            .collect()
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
@@ -253,17 +269,7 @@ mod tests {
         ) {
             let g = chain(m, 10);
             let n = g.len();
-            let keep: Vec<FixedBitSet> = (0..n)
-                .map(|t| {
-                    let mut row = FixedBitSet::with_capacity(n);
-                    for i in 0..t {
-                        if bits.get(t * n + i).copied().unwrap_or(false) {
-                            row.insert(i);
-                        }
-                    }
-                    row
-                })
-                .collect();
+            let keep = keeps_from_bits(n, &bits);
             let schedule = without_unused_keeps(&g, &schedule_for_keeps(&g, &keep));
             prop_assert!(drop_unused_keeps(&g, &schedule).is_none());
             let (_, peak, _) = judge(&g, &schedule).expect("a valid schedule");
