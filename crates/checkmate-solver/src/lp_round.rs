@@ -4,8 +4,8 @@
 //!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, a quarter of the time,
 //!    70% when the LP is skipped).
 //! 1. Solve the LP relaxation of the (default) formulation at `(1 - eps) * budget` (the LPs get
-//!    40% of the time limit, the first one, at eps 0, up to half; skipped above 300 nodes unless the time limit is at least 60 s, and
-//!    always above 600).
+//!    40% of the time limit, the first one, at eps 0, up to half; skipped above 300 nodes unless
+//!    the time limit is at least 60 s, and always above 600).
 //! 2. Round `S`: a deterministic threshold sweep (0.5 first, then 0.1..0.9) and seeded randomized
 //!    rounding; `R` from Algorithm 2; judge each candidate with the simulator.
 //! 3. Search `eps` (0 first, which gives the lower bound, then the paper's 0.1, then 0.05 and
