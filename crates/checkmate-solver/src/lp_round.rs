@@ -319,8 +319,10 @@ pub(crate) fn plan_lp_round(
             consider(j, &mut best, &mut Vec::new());
         }
     }
-    let best = best
-        .map(|b| without_unused_keeps(graph, repair::improve(graph, b, budget_bytes, deadline)));
+    let best = best.map(|b| {
+        let b = repair::improve(graph, b, budget_bytes, deadline);
+        without_unused_keeps(graph, b, budget_bytes)
+    });
     Ok(match best {
         Some(b) => Outcome {
             status: if lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9)) {
@@ -339,21 +341,13 @@ pub(crate) fn plan_lp_round(
     })
 }
 
-/// `j` without the keeps its stage leaves unused, when that is cheaper (it only drops work, so
-/// it never peaks higher; [`warm::without_unused_keeps`]).
-fn without_unused_keeps(graph: &Graph, j: Judged) -> Judged {
-    let schedule = warm::without_unused_keeps(graph, &j.schedule);
-    match warm::judge(graph, &schedule) {
-        Some((plan, peak, cost)) if cost < j.cost && peak <= j.peak => Judged {
-            keeps: (0..graph.len())
-                .map(|t| schedule.keeps(t).clone())
-                .collect(),
-            schedule,
-            plan,
-            peak,
-            cost,
-            excess: j.excess,
-        },
+/// `j` without the keeps its stage leaves unused, judged against `budget`, when that is cheaper
+/// (it only drops work, so it never peaks higher; [`warm::without_unused_keeps`]).
+fn without_unused_keeps(graph: &Graph, j: Judged, budget: u64) -> Judged {
+    let cleaned = warm::without_unused_keeps(graph, &j.schedule);
+    let keeps = (0..graph.len()).map(|t| cleaned.keeps(t).clone()).collect();
+    match Judged::of(graph, keeps, budget) {
+        Some(c) if c.cost < j.cost && c.peak <= j.peak => c,
         _ => j,
     }
 }
@@ -464,7 +458,7 @@ mod tests {
             let cleaned = warm::without_unused_keeps(&g, &j.schedule);
             let (_, _, cleaned_cost) = warm::judge(&g, &cleaned).expect("a valid schedule");
             let (cost, peak) = (j.cost, j.peak);
-            let out = without_unused_keeps(&g, j);
+            let out = without_unused_keeps(&g, j, u64::MAX);
             prop_assert!(out.cost <= cost && out.peak <= peak);
             prop_assert_eq!(out.cost, cleaned_cost.min(cost));
             let sim = simulate(&g, &out.plan).expect("a valid plan");

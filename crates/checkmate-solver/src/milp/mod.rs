@@ -38,6 +38,23 @@ pub(crate) struct Incumbent {
     pub(crate) cost: f64,
 }
 
+impl Incumbent {
+    /// `plan` as a frontier-advancing schedule (its keeps, Algorithm 2, without unused keeps),
+    /// judged by the simulator: the incumbent and its peak, or `None` if the simulator rejects it.
+    fn of_plan(graph: &Graph, plan: &Plan) -> Option<(Incumbent, u64)> {
+        let schedule = warm::cleaned_schedule(graph, &warm::keeps_of_plan(graph, plan));
+        let (plan, peak, cost) = warm::judge(graph, &schedule)?;
+        Some((
+            Incumbent {
+                schedule,
+                plan,
+                cost,
+            },
+            peak,
+        ))
+    }
+}
+
 /// The cheapest plan within `budget` among the other strategies that need no solver, turned into
 /// a frontier-advancing schedule.
 pub(crate) fn best_heuristic(
@@ -59,18 +76,12 @@ pub(crate) fn best_heuristic(
             }) => plan,
             _ => continue,
         };
-        let keeps = warm::keeps_of_plan(graph, &plan);
-        let schedule = warm::cleaned_schedule(graph, &keeps);
-        let Some((plan, peak, cost)) = warm::judge(graph, &schedule) else {
+        let Some((inc, peak)) = Incumbent::of_plan(graph, &plan) else {
             continue;
         };
-        tracing::trace!(name, peak, cost, "heuristic incumbent candidate");
-        if peak <= budget && best.as_ref().map_or(true, |b| cost < b.cost) {
-            best = Some(Incumbent {
-                schedule,
-                plan,
-                cost,
-            });
+        tracing::trace!(name, peak, cost = inc.cost, "heuristic incumbent candidate");
+        if peak <= budget && best.as_ref().map_or(true, |b| inc.cost < b.cost) {
+            best = Some(inc);
         }
     }
     best
@@ -102,15 +113,9 @@ fn lp_round_incumbent(
         return (None, None);
     };
     let inc = out.plan.and_then(|plan| {
-        let keeps = warm::keeps_of_plan(graph, &plan);
-        let schedule = warm::cleaned_schedule(graph, &keeps);
-        let (plan, peak, cost) = warm::judge(graph, &schedule)?;
-        tracing::debug!(cost, peak, "lp-round incumbent");
-        (peak <= budget).then_some(Incumbent {
-            schedule,
-            plan,
-            cost,
-        })
+        let (inc, peak) = Incumbent::of_plan(graph, &plan)?;
+        tracing::debug!(cost = inc.cost, peak, "lp-round incumbent");
+        (peak <= budget).then_some(inc)
     });
     (inc, out.lower_bound)
 }
