@@ -150,6 +150,20 @@ pub(crate) fn memory_scale(graph: &Graph, budget_hint: u64) -> f64 {
     s
 }
 
+/// What is surely live right after stage `t` computes `t` (rules 11 and 12): which `j < t` are
+/// inputs of `t`, and the memory of those inputs, `t`'s output and `t`'s workspace.
+fn need_at_compute(graph: &Graph, t: usize, mem: &[f64], ws: &[f64]) -> (Vec<bool>, f64) {
+    let mut is_input = vec![false; t];
+    let mut need = ws[t] + mem[t];
+    for &i in graph.preds(t) {
+        if !is_input[i] {
+            is_input[i] = true;
+            need += mem[i];
+        }
+    }
+    (is_input, need)
+}
+
 impl Model {
     /// Builds the model of `graph` under `budget` in the given formulation.
     ///
@@ -499,14 +513,7 @@ impl Model {
         free_of: &[Vec<(NodeIdx, u32)>],
     ) {
         let n = self.n;
-        let mut is_input = vec![false; t];
-        let mut need = ws[t] + mem[t];
-        for &i in graph.preds(t) {
-            if !is_input[i] {
-                is_input[i] = true;
-                need += mem[i];
-            }
-        }
+        let (is_input, need) = need_at_compute(graph, t, mem, ws);
         let room = budget - need;
         let too_big: Vec<NodeIdx> = (0..t)
             .filter(|&j| !is_input[j] && mem[j] > room * (1.0 + 1e-9) + 1e-9)
@@ -553,14 +560,7 @@ impl Model {
         if t + 1 >= n {
             return;
         }
-        let mut is_input = vec![false; t];
-        let mut need = ws[t] + mem[t];
-        for &i in graph.preds(t) {
-            if !is_input[i] {
-                is_input[i] = true;
-                need += mem[i];
-            }
-        }
+        let (is_input, need) = need_at_compute(graph, t, mem, ws);
         let mut e = Expr::default();
         let mut total = 0.0;
         for j in 0..t {
