@@ -161,6 +161,10 @@ pub(crate) fn lp_attempted(graph: &Graph, options: &SolveOptions) -> bool {
 const LONG_LIMIT: Duration = Duration::from_secs(60);
 
 impl Strategy for LpRound {
+    fn uses_highs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }

@@ -105,6 +105,12 @@ pub trait Strategy: Send + Sync {
         let _ = (graph, options);
         Ok(None)
     }
+
+    /// Whether the strategy solves with HiGHS, which runs one solve at a time per process: such
+    /// strategies are not run concurrently with each other (see [`crate::sweep::sweep`]).
+    fn uses_highs(&self) -> bool {
+        false
+    }
 }
 
 /// A plan judged by the simulator.

@@ -417,6 +417,10 @@ pub fn least_feasible_budget(graph: &Graph, options: &SolveOptions) -> Result<Op
 }
 
 impl Strategy for Milp {
+    fn uses_highs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }
