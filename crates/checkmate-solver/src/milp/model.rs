@@ -487,8 +487,9 @@ impl Model {
                 // rule 12 there made the MILP's total time better on two instances and worse on
                 // two, so `lp-round` keeps the LP it was measured with.)
                 if let Some(b) = budget_units {
-                    m.add_too_big_rows(graph, t, b, &mem, &ws, &free_of);
-                    m.add_kept_at_compute_row(graph, t, b, &mem, &ws);
+                    let (is_input, need) = need_at_compute(graph, t, &mem, &ws);
+                    m.add_too_big_rows(t, b - need, &mem, &is_input, &free_of);
+                    m.add_kept_at_compute_row(t, b - need, &mem, &is_input);
                 }
             }
         }
@@ -503,18 +504,16 @@ impl Model {
     /// fraction of such a tensor fit, which is much of the LP's gap at tight budgets. (The same
     /// rows at the stage's earlier moments, conditional on their compute, added 0-5 rows on the
     /// shared graphs and did not move the bound.)
+    /// `room`: the budget less `need_t` ([`need_at_compute`]).
     fn add_too_big_rows(
         &mut self,
-        graph: &Graph,
         t: usize,
-        budget: f64,
+        room: f64,
         mem: &[f64],
-        ws: &[f64],
+        is_input: &[bool],
         free_of: &[Vec<(NodeIdx, u32)>],
     ) {
         let n = self.n;
-        let (is_input, need) = need_at_compute(graph, t, mem, ws);
-        let room = budget - need;
         let too_big: Vec<NodeIdx> = (0..t)
             .filter(|&j| !is_input[j] && mem[j] > room * (1.0 + 1e-9) + 1e-9)
             .collect();
@@ -548,19 +547,12 @@ impl Model {
     /// `t`, so the model counts it at that moment), but the LP relaxation can free a fraction of
     /// a tensor that it keeps a fraction of; and it is a knapsack row in binaries alone, whose
     /// cover cuts HiGHS separates, where the `U` chain hides that structure.
-    fn add_kept_at_compute_row(
-        &mut self,
-        graph: &Graph,
-        t: usize,
-        budget: f64,
-        mem: &[f64],
-        ws: &[f64],
-    ) {
+    /// `room`: the budget less `need_t` ([`need_at_compute`]).
+    fn add_kept_at_compute_row(&mut self, t: usize, room: f64, mem: &[f64], is_input: &[bool]) {
         let n = self.n;
         if t + 1 >= n {
             return;
         }
-        let (is_input, need) = need_at_compute(graph, t, mem, ws);
         let mut e = Expr::default();
         let mut total = 0.0;
         for j in 0..t {
@@ -573,8 +565,8 @@ impl Model {
             }
         }
         // A row that no keep pattern can violate is left out.
-        if total > budget - need {
-            self.add_row(e, f64::NEG_INFINITY, budget - need);
+        if total > room {
+            self.add_row(e, f64::NEG_INFINITY, room);
         }
     }
 
