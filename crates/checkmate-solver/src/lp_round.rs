@@ -161,8 +161,10 @@ pub(crate) fn lp_attempted(graph: &Graph, options: &SolveOptions) -> bool {
 const LONG_LIMIT: Duration = Duration::from_secs(60);
 
 impl Strategy for LpRound {
-    fn uses_highs(&self) -> bool {
-        true
+    /// Only its LP relaxation and fixed-keep MILP use HiGHS, and it runs neither above 300 nodes
+    /// (unless given at least 60 s, up to 600 nodes).
+    fn uses_highs(&self, graph: &Graph, options: &SolveOptions) -> bool {
+        lp_attempted(graph, options)
     }
 
     fn name(&self) -> &'static str {

@@ -106,9 +106,10 @@ pub trait Strategy: Send + Sync {
         Ok(None)
     }
 
-    /// Whether the strategy solves with HiGHS, which runs one solve at a time per process: such
-    /// strategies are not run concurrently with each other (see [`crate::sweep::sweep`]).
-    fn uses_highs(&self) -> bool {
+    /// Whether the strategy solves with HiGHS on this graph, which runs one solve at a time per
+    /// process: such points are not run concurrently with each other (see [`crate::sweep::sweep`]).
+    fn uses_highs(&self, graph: &Graph, options: &SolveOptions) -> bool {
+        let _ = (graph, options);
         false
     }
 }

@@ -167,8 +167,8 @@ pub fn budget_grid(lo: u64, hi: u64, points: usize) -> Vec<u64> {
 /// checkpoint-all peak, in parallel (rayon) across points; `on_point` is called as each point
 /// finishes (from worker threads).
 ///
-/// The points of strategies that solve with HiGHS ([`Strategy::uses_highs`]: `milp`, `lp-round`)
-/// run one after another, beside the parallel others: HiGHS allows one solve at a time per
+/// The points of strategies that solve with HiGHS ([`Strategy::uses_highs`]: `milp`, and
+/// `lp-round` where it runs its LP) run one after another, beside the parallel others: HiGHS allows one solve at a time per
 /// process, and a point waiting for another's solve spent its time limit waiting (a 10 s `milp`
 /// at SegNet's 9.89 GiB point returned a plan at +4.4% instead of the +0.5% it proves alone in
 /// 2.5 s). Each such point gets its whole time limit.
@@ -221,8 +221,8 @@ pub fn sweep(
         on_point(&p);
         (k, p)
     };
-    let (highs, others): (Vec<usize>, Vec<usize>) =
-        (0..budgets.len() * per).partition(|&k| strategies[k % per].uses_highs());
+    let (highs, others): (Vec<usize>, Vec<usize>) = (0..budgets.len() * per)
+        .partition(|&k| strategies[k % per].uses_highs(graph, &options.solve));
     let (mut points, rest) = rayon::join(
         || highs.into_iter().map(point).collect::<Vec<_>>(),
         || others.into_par_iter().map(point).collect::<Vec<_>>(),
@@ -320,7 +320,7 @@ mod tests {
             self.running.fetch_sub(1, Ordering::SeqCst);
             CheckpointAll.plan(graph, budget, options)
         }
-        fn uses_highs(&self) -> bool {
+        fn uses_highs(&self, _graph: &Graph, _options: &SolveOptions) -> bool {
             self.highs
         }
     }

@@ -417,7 +417,7 @@ pub fn least_feasible_budget(graph: &Graph, options: &SolveOptions) -> Result<Op
 }
 
 impl Strategy for Milp {
-    fn uses_highs(&self) -> bool {
+    fn uses_highs(&self, _graph: &Graph, _options: &SolveOptions) -> bool {
         true
     }
 
