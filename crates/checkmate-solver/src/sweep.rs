@@ -168,10 +168,10 @@ pub fn budget_grid(lo: u64, hi: u64, points: usize) -> Vec<u64> {
 /// finishes (from worker threads).
 ///
 /// The points of strategies that solve with HiGHS ([`Strategy::uses_highs`]: `milp`, and
-/// `lp-round` where it runs its LP) run one after another, beside the parallel others: HiGHS allows one solve at a time per
-/// process, and a point waiting for another's solve spent its time limit waiting (a 10 s `milp`
-/// at SegNet's 9.89 GiB point returned a plan at +4.4% instead of the +0.5% it proves alone in
-/// 2.5 s). Each such point gets its whole time limit.
+/// `lp-round` where it runs its LP) run one after another, beside the parallel others: HiGHS
+/// allows one solve at a time per process, and a point waiting for another's solve spent its
+/// time limit waiting (a 10 s `milp` at SegNet's 9.89 GiB point returned a plan at +4.4% instead
+/// of the +0.5% it proves alone in 2.5 s). Each such point gets its whole time limit.
 ///
 /// Infeasible budgets and inapplicable strategies are points with that status, not errors.
 pub fn sweep(

@@ -484,8 +484,8 @@ impl Model {
             if !paper && integer {
                 // (MILP only, like rule 7. Rule 11 in `lp-round`'s LP changed which roundings
                 // fit, and its plan at SegNet LF+10% went from 1.001x to 1.079x the optimum;
-                // rule 12 there made the MILP's total time better on two instances and worse on
-                // two, so `lp-round` keeps the LP it was measured with.)
+                // rule 12 there made the MILP's total time shorter on two instances, equal on
+                // one and longer on one, so `lp-round` keeps the LP it was measured with.)
                 if let Some(b) = budget_units {
                     let (is_input, need) = need_at_compute(graph, t, &mem, &ws);
                     m.add_too_big_rows(t, b - need, &mem, &is_input, &free_of);
