@@ -8,6 +8,9 @@
 //! Options: `--time-limit SEC` (per MILP solve, default 300), `--lf-time-limit SEC` (least feasible
 //! budget, default 60), `--out FILE`, `--graphs DIR`, `--only A,B` (graphs whose file name
 //! contains one of them), `--no-paper`, `--random` (also run `lp-round` on the random layered graphs).
+//! `--paper-time-limit SEC` gives `--formulation paper` its own limit (default: `--time-limit`), to
+//! time its proofs where they take longer; `--budgets 0.1,0.5` runs only those fractions of the way
+//! from LF to the checkpoint-all peak (default 0.1,0.3,0.5).
 //! `--strategies a,b` runs only those; `--lf NAME=BYTES` (repeatable) takes LF as given for graphs
 //! whose file name contains NAME (to rerun some strategies at another run's budgets).
 //! `lp-round` runs with its default time limit (as `checkmate solve` does without `--time-limit`).
@@ -26,7 +29,11 @@ use checkmate_solver::{
 
 struct Args {
     time_limit: Duration,
+    /// Limit for `--formulation paper` (default: `time_limit`).
+    paper_time_limit: Option<Duration>,
     lf_time_limit: Duration,
+    /// Fractions of the way from LF to the checkpoint-all peak.
+    budgets: Vec<f64>,
     out: PathBuf,
     graphs: PathBuf,
     only: Option<String>,
@@ -42,6 +49,8 @@ fn parse(args: &[String]) -> Result<Args> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut a = Args {
         time_limit: Duration::from_secs(300),
+        paper_time_limit: None,
+        budgets: vec![0.1, 0.3, 0.5],
         lf_time_limit: Duration::from_secs(60),
         out: root.join("docs/SOLVER_BENCH.md"),
         graphs: root.join("../shared/graphs/checkmate"),
@@ -56,6 +65,21 @@ fn parse(args: &[String]) -> Result<Args> {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
             "--time-limit" => a.time_limit = Duration::from_secs_f64(value()?.parse()?),
+            "--paper-time-limit" => {
+                a.paper_time_limit = Some(Duration::from_secs_f64(value()?.parse()?));
+            }
+            "--budgets" => {
+                a.budgets = value()?
+                    .split(',')
+                    .map(|x| {
+                        x.parse::<f64>()
+                            .context("--budgets wants fractions like 0.1,0.3")
+                    })
+                    .collect::<Result<_>>()?;
+                if a.budgets.iter().any(|f| !(0.0..=1.0).contains(f)) {
+                    bail!("--budgets: each fraction must lie in [0, 1]");
+                }
+            }
             "--lf-time-limit" => a.lf_time_limit = Duration::from_secs_f64(value()?.parse()?),
             "--out" => a.out = PathBuf::from(value()?),
             "--graphs" => a.graphs = PathBuf::from(value()?),
@@ -318,10 +342,14 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
     writeln!(
         head,
-        "- time limit per MILP solve: {} s; least feasible budget: {} s; `lp-round`: its default limit \
+        "- time limit per MILP solve: {} s{}; least feasible budget: {} s; `lp-round`: its default limit \
          (0.25 s per node, 8 to 30 s, up to 300 nodes; 0.02 s per node, 5 to 60 s, above, without the LP); \
          mip gap {}; threads 1",
         a.time_limit.as_secs_f64(),
+        a.paper_time_limit.map_or(String::new(), |l| format!(
+            " (`--formulation paper`: {} s)",
+            l.as_secs_f64()
+        )),
         a.lf_time_limit.as_secs_f64(),
         options.mip_gap
     )?;
@@ -351,7 +379,10 @@ pub fn run(args: &[String]) -> Result<()> {
                 bench_start.elapsed().as_secs_f64() / 60.0
             )?;
         }
-        md.push_str(&summary_md(sm, a.time_limit.as_secs_f64())?);
+        md.push_str(&summary_md(
+            sm,
+            a.paper_time_limit.unwrap_or(a.time_limit).as_secs_f64(),
+        )?);
         md.push_str(tables);
         if let Some(dir) = a.out.parent() {
             std::fs::create_dir_all(dir)?;
@@ -403,7 +434,7 @@ pub fn run(args: &[String]) -> Result<()> {
             tables,
             "| budget | strategy | status | cost | cost / optimal | lower bound | seconds |\n|---|---|---|---|---|---|---|"
         )?;
-        for frac in [0.1, 0.3, 0.5] {
+        for &frac in &a.budgets {
             let budget = budget_at(lf, all, frac);
             let inst = format!("{stem} LF+{:.0}%", frac * 100.0);
             eprintln!(" budget LF+{:.0}% = {budget}", frac * 100.0);
@@ -422,6 +453,7 @@ pub fn run(args: &[String]) -> Result<()> {
             if a.paper {
                 let paper = SolveOptions {
                     formulation: Formulation::Paper,
+                    time_limit: Some(a.paper_time_limit.unwrap_or(a.time_limit)),
                     ..options.clone()
                 };
                 rows.push(run_one(
