@@ -231,6 +231,9 @@ pub(crate) fn plan_lp_round(
     let mut full_lp: Option<(Model, Vec<f64>)> = None;
     if with_lp {
         let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
+        // One memory scale for every eps, so that each LP is the one before with other bounds.
+        let scale = crate::milp::model::memory_scale(graph, budget_bytes);
+        let mut series = run::LpSeries::default();
         for &eps in EPS {
             // Past the paper's eps, only search larger ones while nothing fits (the fallback
             // above does not count: it is a last resort).
@@ -247,7 +250,13 @@ pub(crate) fn plan_lp_round(
                 break;
             }
             let reduced = ((1.0 - eps) * budget_bytes as f64).floor() as u64;
-            let model = Model::build(graph, BudgetMode::Bytes(reduced), Formulation::Fast, false);
+            let model = Model::build_at_scale(
+                graph,
+                BudgetMode::Bytes(reduced),
+                Formulation::Fast,
+                false,
+                scale,
+            );
             let opts = RunOptions {
                 // The first LP (the full budget: the lower bound) may take all the LP time.
                 time_limit: Some(if eps == 0.0 { left } else { left.mul_f64(0.5) }),
@@ -258,7 +267,7 @@ pub(crate) fn plan_lp_round(
                 cutoff: None,
                 strategy: NAME,
             };
-            let res = run::run(&model, &opts)?;
+            let res = series.solve(&model, &opts)?;
             if eps == 0.0 && res.status == run::RunStatus::Optimal {
                 lower_bound = res.objective;
             }

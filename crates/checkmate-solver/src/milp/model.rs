@@ -168,20 +168,32 @@ impl Model {
     /// Builds the model of `graph` under `budget` in the given formulation.
     ///
     /// `integer` makes `R`, `S` (and the paper's `FREE`) binary; otherwise the LP relaxation.
-    #[allow(clippy::needless_range_loop)] // (t, i) indexing mirrors the paper's notation
     pub(crate) fn build(
         graph: &Graph,
         budget: BudgetMode,
         formulation: Formulation,
         integer: bool,
     ) -> Model {
-        let n = graph.len();
-        let facts = Facts::of(graph);
         let hint = match budget {
             BudgetMode::Bytes(b) => b,
             BudgetMode::MinPeak { hi, .. } => hi,
         };
         let scale = memory_scale(graph, hint);
+        Model::build_at_scale(graph, budget, formulation, integer, scale)
+    }
+
+    /// [`Model::build`] with `scale` bytes per memory unit (models of one graph at several budgets
+    /// then differ only in bounds; see [`memory_scale`]).
+    #[allow(clippy::needless_range_loop)] // (t, i) indexing mirrors the paper's notation
+    pub(crate) fn build_at_scale(
+        graph: &Graph,
+        budget: BudgetMode,
+        formulation: Formulation,
+        integer: bool,
+        scale: f64,
+    ) -> Model {
+        let n = graph.len();
+        let facts = Facts::of(graph);
         let mem: Vec<f64> = graph
             .nodes()
             .iter()

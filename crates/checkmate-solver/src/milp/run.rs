@@ -86,8 +86,7 @@ const PRESOLVE_LIMIT: Duration = Duration::from_secs(60);
 pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     let start = Instant::now();
     let _guard = HIGHS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let presolve =
-        model.num_rows() <= LARGE_ROWS || opts.time_limit.map_or(true, |l| l >= PRESOLVE_LIMIT);
+    let presolve = presolve_for(model, opts);
     let costed: Vec<f64> = model
         .col_int
         .iter()
@@ -116,6 +115,11 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     Ok(res)
 }
 
+/// Whether HiGHS presolves `model` (see [`run`]).
+fn presolve_for(model: &Model, opts: &RunOptions) -> bool {
+    model.num_rows() <= LARGE_ROWS || opts.time_limit.map_or(true, |l| l >= PRESOLVE_LIMIT)
+}
+
 /// [`run`] with the HiGHS lock held; `objective_bound`: put the objective in a column `z` with
 /// this upper bound; `presolve`: HiGHS's presolve on or off.
 fn run_locked(
@@ -125,11 +129,27 @@ fn run_locked(
     objective_bound: Option<f64>,
     presolve: bool,
 ) -> Result<RunResult> {
-    let waited = start.elapsed();
-    let fail = |message: String| Error::Solver {
+    let hm = prepare(model, opts, start, objective_bound, presolve)?;
+    solve_and_read(hm, model, opts).map(|(res, _)| res)
+}
+
+fn solver_error(opts: &RunOptions, message: String) -> Error {
+    Error::Solver {
         strategy: opts.strategy.to_string(),
         message,
-    };
+    }
+}
+
+/// `model` as a HiGHS model with the options of `opts` set (see [`run_locked`]).
+fn prepare(
+    model: &Model,
+    opts: &RunOptions,
+    start: Instant,
+    objective_bound: Option<f64>,
+    presolve: bool,
+) -> Result<highs::Model> {
+    let waited = start.elapsed();
+    let fail = |message: String| solver_error(opts, message);
     let mut pb = RowProblem::default();
     let objective_column = objective_bound.is_some();
     let cols: Vec<highs::Col> = (0..model.num_cols())
@@ -228,6 +248,17 @@ fn run_locked(
             }
         }
     }
+    Ok(hm)
+}
+
+/// Solves `hm` (made from `model` by [`prepare`]) and reads back the result; also returns the
+/// solved HiGHS model, which keeps its basis.
+fn solve_and_read(
+    hm: highs::Model,
+    model: &Model,
+    opts: &RunOptions,
+) -> Result<(RunResult, highs::SolvedModel)> {
+    let is_mip = model.col_int.iter().any(|&b| b);
     tracing::debug!(
         cols = model.num_cols(),
         rows = model.num_rows(),
@@ -237,7 +268,7 @@ fn run_locked(
     );
     let solved = hm
         .try_solve()
-        .map_err(|e| fail(format!("HiGHS failed: {e:?}")))?;
+        .map_err(|e| solver_error(opts, format!("HiGHS failed: {e:?}")))?;
     let status = solved.status();
     let has_solution = solved.primal_solution_status() == HighsSolutionStatus::Feasible;
     let x = has_solution.then(|| solved.get_solution().columns()[..model.num_cols()].to_vec());
@@ -264,14 +295,102 @@ fn run_locked(
         | HighsModelStatus::ReachedInterrupt
         | HighsModelStatus::ReachedMemoryLimit => RunStatus::TimeLimit,
         HighsModelStatus::ModelEmpty => RunStatus::Optimal,
-        other => return Err(fail(format!("HiGHS ended with status {other:?}"))),
+        other => {
+            return Err(solver_error(
+                opts,
+                format!("HiGHS ended with status {other:?}"),
+            ))
+        }
     };
-    Ok(RunResult {
-        status,
-        x,
-        objective,
-        dual_bound,
-    })
+    Ok((
+        RunResult {
+            status,
+            x,
+            objective,
+            dual_bound,
+        },
+        solved,
+    ))
+}
+
+/// LPs that differ only in their column and row bounds (`lp-round`'s relaxations at several
+/// budgets, built at one memory scale): each after the first is a bound change on the HiGHS model
+/// of the one before, so the dual simplex starts from its optimal basis instead of from scratch
+/// (and skips presolve).
+#[derive(Default)]
+pub(crate) struct LpSeries {
+    last: Option<(highs::Model, Model)>,
+    /// How many solves started from the previous one.
+    pub(crate) hot_starts: usize,
+}
+
+impl LpSeries {
+    /// Solves the LP `model` (no integer columns), from the last basis when the last model has
+    /// the same matrix and costs.
+    pub(crate) fn solve(&mut self, model: &Model, opts: &RunOptions) -> Result<RunResult> {
+        let start = Instant::now();
+        let _guard = HIGHS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let hm = match self.last.take() {
+            Some((mut hm, last)) if same_matrix(&last, model) => {
+                self.hot_starts += 1;
+                for c in 0..model.num_cols() {
+                    if (last.col_lo[c], last.col_hi[c]) != (model.col_lo[c], model.col_hi[c]) {
+                        change_bounds(&mut hm, Bound::Col(c), model.col_lo[c], model.col_hi[c]);
+                    }
+                }
+                for r in 0..model.num_rows() {
+                    if (last.row_lo[r], last.row_hi[r]) != (model.row_lo[r], model.row_hi[r]) {
+                        change_bounds(&mut hm, Bound::Row(r), model.row_lo[r], model.row_hi[r]);
+                    }
+                }
+                // (The last solve's limit stays set unless replaced.)
+                let left = opts.time_limit.map_or(f64::INFINITY, |limit| {
+                    limit
+                        .saturating_sub(start.elapsed())
+                        .as_secs_f64()
+                        .max(0.01)
+                });
+                set_option(&mut hm, opts.strategy, "time_limit", left)?;
+                hm
+            }
+            _ => prepare(model, opts, start, None, presolve_for(model, opts))?,
+        };
+        let (res, solved) = solve_and_read(hm, model, opts)?;
+        self.last = Some((solved.into(), model.clone()));
+        Ok(res)
+    }
+}
+
+/// Whether `a` and `b` are LPs with the same columns, costs and matrix (bounds may differ).
+fn same_matrix(a: &Model, b: &Model) -> bool {
+    !a.col_int.iter().chain(&b.col_int).any(|&i| i)
+        && a.col_cost == b.col_cost
+        && a.row_start == b.row_start
+        && a.row_idx == b.row_idx
+        && a.row_val == b.row_val
+}
+
+/// A column or a row of a HiGHS model.
+enum Bound {
+    Col(usize),
+    Row(usize),
+}
+
+/// Sets the bounds of a column or row of `hm` (the `highs` crate has no call for rows, and its
+/// column handles cannot be made from an index).
+fn change_bounds(hm: &mut highs::Model, which: Bound, lo: f64, hi: f64) {
+    // SAFETY: `hm` owns a live HiGHS instance, and the index is one of its columns or rows
+    // (`same_matrix` checked that the model has the counts of the one it was built from).
+    unsafe {
+        match which {
+            Bound::Col(c) => {
+                highs_sys::Highs_changeColBounds(hm.as_mut_ptr(), c as highs_sys::HighsInt, lo, hi)
+            }
+            Bound::Row(r) => {
+                highs_sys::Highs_changeRowBounds(hm.as_mut_ptr(), r as highs_sys::HighsInt, lo, hi)
+            }
+        };
+    }
 }
 
 /// `cost . x` for a full column vector.
@@ -298,6 +417,60 @@ mod tests {
     use crate::baselines::CheckpointAll;
     use crate::milp::model::BudgetMode;
     use crate::Formulation;
+
+    /// A series of LPs at several budgets (one memory scale) solved from each other's bases has
+    /// the optima of the same LPs solved from scratch, infeasible ones included, and the series
+    /// goes on after an infeasible one.
+    #[test]
+    fn lp_series_matches_cold_solves() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/graphs/checkmate/VGG16_256_224.json"
+        );
+        let g = checkmate_graph::Graph::read(path).expect("the shared VGG16 graph");
+        let lo = g.min_feasible_activation_bytes();
+        let all = CheckpointAll::peak_bytes(&g);
+        let scale = crate::milp::model::memory_scale(&g, all);
+        let opts = RunOptions {
+            time_limit: Some(Duration::from_secs(60)),
+            mip_gap: 0.0,
+            threads: 1,
+            warm_start: None,
+            seed: 0,
+            cutoff: None,
+            strategy: "lp-round",
+        };
+        let mut series = LpSeries::default();
+        let mut statuses = Vec::new();
+        let at = |frac: f64| (lo as f64 + frac * (all - lo) as f64) as u64;
+        // (A quarter of the least feasible budget leaves the LP infeasible too.)
+        for budget in [at(0.5), at(0.2), at(0.35), lo / 4, at(0.05), at(1.0)] {
+            let model = Model::build_at_scale(
+                &g,
+                BudgetMode::Bytes(budget),
+                Formulation::Fast,
+                false,
+                scale,
+            );
+            let hot = series.solve(&model, &opts).unwrap();
+            let cold = run(&model, &opts).unwrap();
+            assert_eq!(hot.status, cold.status, "budget {budget}");
+            statuses.push(hot.status);
+            if let (Some(h), Some(c)) = (hot.objective, cold.objective) {
+                assert!(
+                    (h - c).abs() <= 1e-6 * c.abs().max(1.0),
+                    "{h} vs {c} at {budget}"
+                );
+            }
+            assert_eq!(hot.objective.is_some(), cold.objective.is_some());
+        }
+        assert!(statuses.contains(&RunStatus::Infeasible));
+        assert_eq!(
+            series.hot_starts, 5,
+            "every LP after the first is a bound change"
+        );
+        assert_eq!(statuses.last(), Some(&RunStatus::Optimal));
+    }
 
     /// The objective-column form (used on large models) is the same problem: same optimum, with
     /// the bound from a warm start or from the costs alone.
