@@ -9,7 +9,8 @@
 //! 2. Round `S`: a deterministic threshold sweep (0.5 first, then 0.1..0.9) and seeded randomized
 //!    rounding; `R` from Algorithm 2; judge each candidate with the simulator.
 //! 3. Search `eps` (0 first, which gives the lower bound, then the paper's 0.1, then 0.05 and
-//!    0.2 ... 0.5 only while no rounding fits) while time allows.
+//!    0.2 ... 0.5 only while no rounding fits) while time allows. Each LP after the first is a
+//!    bound change on the one before, solved from its basis (`run::LpSeries`).
 //! 4. The LP at the full budget re-solved with its integral keeps fixed: a small MILP over the
 //!    fractional keeps and the computes, warm-started with the best plan so far (60% of the
 //!    remaining time).
