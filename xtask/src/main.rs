@@ -20,7 +20,8 @@ commands:
   ci                 cargo fmt --check, then cargo test --workspace with clippy -D warnings as the
                      workspace's compiler (what CI runs)
   bench [PART]       regenerate benchmark tables in docs/ (parts: simulator, solver [--time-limit SEC]
-                     [--only NAME] [--no-paper] [--random]; frontier, plan, max-batch, train,
+                     [--only NAME] [--no-paper] [--random]; results-solver (the same with short
+                     limits, for docs/RESULTS.md), frontier, plan, max-batch, train,
                      results [--quick]: docs/RESULTS.md and docs/figures/; render: rewrite
                      RESULTS.md from stored measurements; no part: results, i.e. all but simulator)
   train [ARGS...]    train a model with a rematerialization plan (release build; defaults: vgg16,

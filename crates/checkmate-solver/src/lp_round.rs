@@ -267,6 +267,7 @@ pub(crate) fn plan_lp_round(
                 seed: options.seed,
                 cutoff: None,
                 strategy: NAME,
+                presolve: true,
             };
             let res = series.solve(&model, &opts)?;
             if eps == 0.0 && res.status == run::RunStatus::Optimal {
@@ -407,6 +408,7 @@ fn fix_and_solve(
         seed: options.seed,
         cutoff: None,
         strategy: NAME,
+        presolve: true,
     };
     let res = run::run(&model, &opts)?;
     tracing::debug!(free, status = ?res.status, objective = ?res.objective, "fixed-keep MILP");
@@ -440,6 +442,7 @@ pub fn lp_lower_bound(
         seed: options.seed,
         cutoff: None,
         strategy: NAME,
+        presolve: true,
     };
     let res = run::run(&model, &opts)?;
     Ok(if res.status == run::RunStatus::Optimal {

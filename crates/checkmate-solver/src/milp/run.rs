@@ -26,6 +26,8 @@ pub(crate) struct RunOptions {
     pub(crate) cutoff: Option<f64>,
     /// Strategy name for error messages.
     pub(crate) strategy: &'static str,
+    /// HiGHS's presolve (where [`run`]'s own rule for large models leaves it on).
+    pub(crate) presolve: bool,
 }
 
 /// How a run ended.
@@ -117,7 +119,8 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
 
 /// Whether HiGHS presolves `model` (see [`run`]).
 fn presolve_for(model: &Model, opts: &RunOptions) -> bool {
-    model.num_rows() <= LARGE_ROWS || opts.time_limit.map_or(true, |l| l >= PRESOLVE_LIMIT)
+    opts.presolve
+        && (model.num_rows() <= LARGE_ROWS || opts.time_limit.map_or(true, |l| l >= PRESOLVE_LIMIT))
 }
 
 /// [`run`] with the HiGHS lock held; `objective_bound`: put the objective in a column `z` with
@@ -439,6 +442,7 @@ mod tests {
             seed: 0,
             cutoff: None,
             strategy: "lp-round",
+            presolve: true,
         };
         let mut series = LpSeries::default();
         let mut statuses = Vec::new();
@@ -490,6 +494,7 @@ mod tests {
                 seed: 0,
                 cutoff: None,
                 strategy: "milp",
+                presolve: true,
             };
             let plain = run_locked(&model, &opts, Instant::now(), None, true).unwrap();
             assert_eq!(plain.status, RunStatus::Optimal);
