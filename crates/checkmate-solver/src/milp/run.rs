@@ -421,6 +421,20 @@ mod tests {
     use crate::milp::model::BudgetMode;
     use crate::Formulation;
 
+    /// Exact solves (gap 0) on one thread within a minute.
+    fn exact_options(strategy: &'static str) -> RunOptions {
+        RunOptions {
+            time_limit: Some(Duration::from_secs(60)),
+            mip_gap: 0.0,
+            threads: 1,
+            warm_start: None,
+            seed: 0,
+            cutoff: None,
+            strategy,
+            presolve: true,
+        }
+    }
+
     /// A series of LPs at several budgets (one memory scale) solved from each other's bases has
     /// the optima of the same LPs solved from scratch, infeasible ones included, and the series
     /// goes on after an infeasible one.
@@ -434,16 +448,7 @@ mod tests {
         let lo = g.min_feasible_activation_bytes();
         let all = CheckpointAll::peak_bytes(&g);
         let scale = crate::milp::model::memory_scale(&g, all);
-        let opts = RunOptions {
-            time_limit: Some(Duration::from_secs(60)),
-            mip_gap: 0.0,
-            threads: 1,
-            warm_start: None,
-            seed: 0,
-            cutoff: None,
-            strategy: "lp-round",
-            presolve: true,
-        };
+        let opts = exact_options("lp-round");
         let mut series = LpSeries::default();
         let mut statuses = Vec::new();
         let at = |frac: f64| (lo as f64 + frac * (all - lo) as f64) as u64;
@@ -486,16 +491,7 @@ mod tests {
         let _guard = HIGHS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         for formulation in [Formulation::Fast, Formulation::Paper] {
             let model = Model::build(&g, BudgetMode::Bytes(budget), formulation, true);
-            let mut opts = RunOptions {
-                time_limit: Some(Duration::from_secs(60)),
-                mip_gap: 0.0,
-                threads: 1,
-                warm_start: None,
-                seed: 0,
-                cutoff: None,
-                strategy: "milp",
-                presolve: true,
-            };
+            let mut opts = exact_options("milp");
             let plain = run_locked(&model, &opts, Instant::now(), None, true).unwrap();
             assert_eq!(plain.status, RunStatus::Optimal);
             let optimum = plain.objective.unwrap();
