@@ -136,11 +136,20 @@ fn run_locked(
     solve_and_read(hm, model, opts).map(|(res, _)| res)
 }
 
-fn solver_error(opts: &RunOptions, message: String) -> Error {
+fn solver_error(strategy: &str, message: String) -> Error {
     Error::Solver {
-        strategy: opts.strategy.to_string(),
+        strategy: strategy.to_string(),
         message,
     }
+}
+
+/// Sets HiGHS's time limit to what `opts` leaves after `spent` (no limit without one: a solved
+/// model keeps its last limit until it is replaced).
+fn set_time_limit(hm: &mut highs::Model, opts: &RunOptions, spent: Duration) -> Result<()> {
+    let left = opts.time_limit.map_or(f64::INFINITY, |limit| {
+        limit.saturating_sub(spent).as_secs_f64().max(0.01)
+    });
+    set_option(hm, opts.strategy, "time_limit", left)
 }
 
 /// `model` as a HiGHS model with the options of `opts` set (see [`run_locked`]).
@@ -152,7 +161,7 @@ fn prepare(
     presolve: bool,
 ) -> Result<highs::Model> {
     let waited = start.elapsed();
-    let fail = |message: String| solver_error(opts, message);
+    let fail = |message: String| solver_error(opts.strategy, message);
     let mut pb = RowProblem::default();
     let objective_column = objective_bound.is_some();
     let cols: Vec<highs::Col> = (0..model.num_cols())
@@ -210,10 +219,7 @@ fn prepare(
         "random_seed",
         (opts.seed % (i32::MAX as u64)) as i32,
     )?;
-    if let Some(limit) = opts.time_limit {
-        let left = limit.saturating_sub(waited);
-        set_option(&mut hm, name, "time_limit", left.as_secs_f64().max(0.01))?;
-    }
+    set_time_limit(&mut hm, opts, waited)?;
     if is_mip {
         set_option(&mut hm, name, "mip_rel_gap", opts.mip_gap.max(0.0))?;
     }
@@ -271,7 +277,7 @@ fn solve_and_read(
     );
     let solved = hm
         .try_solve()
-        .map_err(|e| solver_error(opts, format!("HiGHS failed: {e:?}")))?;
+        .map_err(|e| solver_error(opts.strategy, format!("HiGHS failed: {e:?}")))?;
     let status = solved.status();
     let has_solution = solved.primal_solution_status() == HighsSolutionStatus::Feasible;
     let x = has_solution.then(|| solved.get_solution().columns()[..model.num_cols()].to_vec());
@@ -300,7 +306,7 @@ fn solve_and_read(
         HighsModelStatus::ModelEmpty => RunStatus::Optimal,
         other => {
             return Err(solver_error(
-                opts,
+                opts.strategy,
                 format!("HiGHS ended with status {other:?}"),
             ))
         }
@@ -346,14 +352,7 @@ impl LpSeries {
                         change_bounds(&mut hm, Bound::Row(r), model.row_lo[r], model.row_hi[r]);
                     }
                 }
-                // (The last solve's limit stays set unless replaced.)
-                let left = opts.time_limit.map_or(f64::INFINITY, |limit| {
-                    limit
-                        .saturating_sub(start.elapsed())
-                        .as_secs_f64()
-                        .max(0.01)
-                });
-                set_option(&mut hm, opts.strategy, "time_limit", left)?;
+                set_time_limit(&mut hm, opts, start.elapsed())?;
                 hm
             }
             _ => prepare(model, opts, start, None, presolve_for(model, opts))?,
@@ -407,10 +406,8 @@ fn set_option<V: highs::HighsOptionValue>(
     option: &str,
     value: V,
 ) -> Result<()> {
-    hm.try_set_option(option, value).map_err(|e| Error::Solver {
-        strategy: strategy.to_string(),
-        message: format!("cannot set HiGHS option {option}: {e:?}"),
-    })
+    hm.try_set_option(option, value)
+        .map_err(|e| solver_error(strategy, format!("cannot set HiGHS option {option}: {e:?}")))
 }
 
 #[cfg(test)]
