@@ -14,9 +14,11 @@
 //! 4. The LP at the full budget re-solved with its integral keeps fixed: a small MILP over the
 //!    fractional keeps and the computes, warm-started with the best plan so far (60% of the
 //!    remaining time).
-//! 5. Candidates over budget are repaired by greedily dropping keeps that are live where the
-//!    memory timeline peaks ([`repair`]); the best plan within budget is then improved by local
-//!    search that keeps recomputed tensors longer when that stays within budget.
+//! 5. Candidates over budget that cost less than the best plan so far are repaired by greedily
+//!    dropping keeps that are live where the memory timeline peaks ([`repair`]; the closest to
+//!    the budget first, in half the time left); then local search, which keeps recomputed tensors
+//!    longer when that stays within budget, starts from each of the cheapest plans within budget
+//!    (a costlier start can end cheaper), and the cheapest result is returned.
 //!
 //! Steps 0, 4 and 5 go beyond the paper; `milp` uses this without step 4 for its incumbent.
 //!
@@ -48,6 +50,8 @@ pub struct LpRound;
 const EPS: &[f64] = &[0.0, 0.1, 0.05, 0.2, 0.3, 0.4, 0.5];
 /// Randomized roundings per LP solution.
 const RANDOM_SAMPLES: usize = 16;
+/// Plans within budget that the local search starts from.
+const SEARCH_STARTS: usize = 8;
 /// Largest graph for which the LP is attempted (above it the LP alone takes minutes).
 const MAX_LP_NODES: usize = 600;
 /// Largest graph for which the LP is attempted without an explicit time limit.
@@ -189,24 +193,29 @@ pub(crate) fn plan_lp_round(
     let limit = default_limit(graph, options);
     let deadline = start + limit;
     let mut best: Option<Judged> = None;
+    // Every candidate within budget (the starting points of the local search) and over it (to
+    // repair).
+    let mut fits: Vec<Judged> = Vec::new();
     let mut over: Vec<Judged> = Vec::new();
     let mut lower_bound = None;
-    let consider = |j: Judged, best: &mut Option<Judged>, over: &mut Vec<Judged>| {
-        if j.peak <= budget_bytes {
-            if best.as_ref().map_or(true, |b| j.cost < b.cost) {
-                *best = Some(j);
+    let consider =
+        |j: Judged, best: &mut Option<Judged>, fits: &mut Vec<Judged>, over: &mut Vec<Judged>| {
+            if j.peak <= budget_bytes {
+                if best.as_ref().map_or(true, |b| j.cost < b.cost) {
+                    *best = Some(j.clone());
+                }
+                fits.push(j);
+            } else {
+                over.push(j);
             }
-        } else {
-            over.push(j);
-        }
-    };
+        };
     // Starting points from the baselines.
     if let Some(inc) = crate::milp::best_heuristic(graph, budget_bytes, options) {
         let keeps = (0..graph.len())
             .map(|t| inc.schedule.keeps(t).clone())
             .collect();
         if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
-            consider(j, &mut best, &mut over);
+            consider(j, &mut best, &mut fits, &mut over);
         }
     }
     let with_lp = lp_attempted(graph, options);
@@ -220,7 +229,7 @@ pub(crate) fn plan_lp_round(
             budget_bytes,
             start + limit.mul_f64(share),
         );
-        consider(j, &mut best, &mut Vec::new());
+        consider(j, &mut best, &mut fits, &mut Vec::new());
     }
     // The LP at the full budget and its solution, for the fixing step below. The first LP may
     // run until half the time (MobileNet's, 76k columns, needs about 12 s of a 30 s limit on one
@@ -296,7 +305,7 @@ pub(crate) fn plan_lp_round(
             for keeps in cands {
                 if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
                     rounded_fits |= j.peak <= budget_bytes;
-                    consider(j, &mut best, &mut over);
+                    consider(j, &mut best, &mut fits, &mut over);
                 }
             }
             tracing::debug!(
@@ -318,28 +327,49 @@ pub(crate) fn plan_lp_round(
             if let Some(j) =
                 fix_and_solve(graph, model, &x, budget_bytes, options, limit, warm_start)?
             {
-                consider(j, &mut best, &mut over);
+                consider(j, &mut best, &mut fits, &mut over);
             }
         }
     }
-    // Repair the roundings over budget, the ones closest to it first.
+    // Repair the roundings over budget that cost less than the best plan so far (repair only
+    // adds recomputation), the ones closest to the budget first, in half the time left.
     over.sort_by_key(|a| (a.peak, a.cost.to_bits()));
     over.dedup_by(|a, b| a.keeps == b.keeps);
-    for cand in over.into_iter().take(4) {
-        if Instant::now() >= deadline {
+    let now = Instant::now();
+    let repair_deadline = now + deadline.saturating_duration_since(now) / 2;
+    let mut repaired = 0usize;
+    for cand in over {
+        if Instant::now() >= repair_deadline {
             break;
         }
         if best.as_ref().is_some_and(|b| b.cost <= cand.cost) {
             continue;
         }
-        if let Some(j) = repair::repair(graph, cand, budget_bytes, deadline) {
-            consider(j, &mut best, &mut Vec::new());
+        if let Some(j) = repair::repair(graph, cand, budget_bytes, repair_deadline) {
+            repaired += 1;
+            consider(j, &mut best, &mut fits, &mut Vec::new());
         }
     }
-    let best = best.map(|b| {
-        let b = repair::improve(graph, b, budget_bytes, deadline);
-        without_unused_keeps(graph, b, budget_bytes)
-    });
+    // Local search from the cheapest distinct plans within budget, cheapest first: a costlier
+    // start can end cheaper.
+    fits.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+    fits.dedup_by(|a, b| a.keeps == b.keeps);
+    tracing::debug!(
+        repaired,
+        starts = fits.len().min(SEARCH_STARTS),
+        "local search"
+    );
+    let mut best: Option<Judged> = None;
+    for start in fits.into_iter().take(SEARCH_STARTS) {
+        if best.is_some() && Instant::now() >= deadline {
+            break;
+        }
+        let b = repair::improve(graph, start, budget_bytes, deadline);
+        let b = without_unused_keeps(graph, b, budget_bytes);
+        if best.as_ref().map_or(true, |x| b.cost < x.cost) {
+            best = Some(b);
+        }
+    }
     Ok(match best {
         Some(b) => Outcome {
             status: if lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9)) {
@@ -482,6 +512,32 @@ mod tests {
             prop_assert_eq!(out.cost, cleaned_cost.min(cost));
             let sim = simulate(&g, &out.plan).expect("a valid plan");
             prop_assert_eq!((sim.cost, sim.peak_bytes), (out.cost, out.peak));
+        }
+    }
+
+    /// At vgg_unet LF+10% no rounding fits the budget, so `milp`'s incumbent comes from repaired
+    /// roundings and local search. Repairing only the four roundings closest to the budget and
+    /// searching only from the cheapest plan gave 38130 with seeds 0 and 4 (the optimum, 33735,
+    /// with seeds 1 to 3), and `milp` then needed 74 s to over 120 s instead of about 35 s.
+    #[test]
+    fn repaired_roundings_reach_the_unet_optimum_whatever_the_seed() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/graphs/checkmate/vgg_unet_32_416x608.json"
+        );
+        let g = Graph::read(path).expect("the shared vgg_unet graph");
+        for seed in [0, 4] {
+            let options = SolveOptions {
+                time_limit: Some(Duration::from_secs(30)),
+                threads: 1,
+                seed,
+                ..SolveOptions::default()
+            };
+            let out = plan_lp_round(&g, 9_555_096_371, &options, false).expect("lp-round runs");
+            let plan = out.plan.expect("a plan within budget");
+            let sim = simulate(&g, &plan).expect("a valid plan");
+            assert!(sim.peak_bytes <= 9_555_096_371);
+            assert_eq!(sim.cost, 33735.0, "seed {seed}");
         }
     }
 }
