@@ -352,6 +352,11 @@ impl LpSeries {
                         change_bounds(&mut hm, Bound::Row(r), model.row_lo[r], model.row_hi[r]);
                     }
                 }
+                // HiGHS measures `time_limit` against the run time of the instance, which adds
+                // up over its solves: without this, each LP of the series had the time of the
+                // ones before taken from its limit (at SegNet's least feasible budget with 10 s,
+                // every LP after the second stopped at once on its time limit).
+                zero_clocks(&mut hm);
                 set_time_limit(&mut hm, opts, start.elapsed())?;
                 hm
             }
@@ -392,6 +397,14 @@ fn change_bounds(hm: &mut highs::Model, which: Bound, lo: f64, hi: f64) {
                 highs_sys::Highs_changeRowBounds(hm.as_mut_ptr(), r as highs_sys::HighsInt, lo, hi)
             }
         };
+    }
+}
+
+/// Zeroes the clocks of `hm`, whose `time_limit` then counts from its next solve.
+fn zero_clocks(hm: &mut highs::Model) {
+    // SAFETY: `hm` owns a live HiGHS instance.
+    unsafe {
+        highs_sys::Highs_zeroAllClocks(hm.as_mut_ptr());
     }
 }
 
@@ -476,6 +489,43 @@ mod tests {
             "every LP after the first is a bound change"
         );
         assert_eq!(statuses.last(), Some(&RunStatus::Optimal));
+    }
+
+    /// Each LP of a series gets its whole time limit: HiGHS's clock, which adds up over the
+    /// solves of one instance, restarts with each. `lp-round`'s LPs at vgg_unet LF+10%, each
+    /// re-solve allowed as long as the cold first solve took, all finish (from the last basis
+    /// they take a fraction of that); with the clock adding up, the limit ran out after one or
+    /// two of them.
+    #[test]
+    fn lp_series_time_limits_count_from_each_solve() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/graphs/checkmate/vgg_unet_32_416x608.json"
+        );
+        let g = checkmate_graph::Graph::read(path).expect("the shared vgg_unet graph");
+        let budget = 9_555_096_371.0; // LF+10%
+        let scale = crate::milp::model::memory_scale(&g, budget as u64);
+        let model_at = |eps: f64| {
+            Model::build_at_scale(
+                &g,
+                BudgetMode::Bytes(((1.0 - eps) * budget) as u64),
+                Formulation::Fast,
+                false,
+                scale,
+            )
+        };
+        let mut series = LpSeries::default();
+        let first = model_at(0.0);
+        let t0 = Instant::now();
+        let res = series.solve(&first, &exact_options("lp-round")).unwrap();
+        assert_eq!(res.status, RunStatus::Optimal);
+        let mut opts = exact_options("lp-round");
+        opts.time_limit = Some(t0.elapsed());
+        for eps in [0.1, 0.05, 0.2, 0.0, 0.1, 0.05] {
+            let res = series.solve(&model_at(eps), &opts).unwrap();
+            assert_eq!(res.status, RunStatus::Optimal, "eps {eps}");
+        }
+        assert_eq!(series.hot_starts, 6);
     }
 
     /// The objective-column form (used on large models) is the same problem: same optimum, with
