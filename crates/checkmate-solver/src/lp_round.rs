@@ -485,7 +485,7 @@ pub fn lp_lower_bound(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::baselines::tests::chain;
+    use crate::baselines::tests::{chain, shared_graph};
     use crate::milp::warm::tests::keeps_from_bits;
     use proptest::prelude::*;
 
@@ -521,11 +521,7 @@ mod tests {
     /// with seeds 1 to 3), and `milp` then needed 74 s to over 120 s instead of about 35 s.
     #[test]
     fn repaired_roundings_reach_the_unet_optimum_whatever_the_seed() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/graphs/checkmate/vgg_unet_32_416x608.json"
-        );
-        let g = Graph::read(path).expect("the shared vgg_unet graph");
+        let g = shared_graph("vgg_unet_32_416x608");
         for seed in [0, 4] {
             let options = SolveOptions {
                 time_limit: Some(Duration::from_secs(30)),

@@ -426,7 +426,7 @@ fn set_option<V: highs::HighsOptionValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::baselines::tests::chain;
+    use crate::baselines::tests::{chain, shared_graph};
     use crate::baselines::CheckpointAll;
     use crate::milp::model::BudgetMode;
     use crate::Formulation;
@@ -450,11 +450,7 @@ mod tests {
     /// goes on after an infeasible one.
     #[test]
     fn lp_series_matches_cold_solves() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/graphs/checkmate/VGG16_256_224.json"
-        );
-        let g = checkmate_graph::Graph::read(path).expect("the shared VGG16 graph");
+        let g = shared_graph("VGG16_256_224");
         let lo = g.min_feasible_activation_bytes();
         let all = CheckpointAll::peak_bytes(&g);
         let scale = crate::milp::model::memory_scale(&g, all);
@@ -498,11 +494,7 @@ mod tests {
     /// two of them.
     #[test]
     fn lp_series_time_limits_count_from_each_solve() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/graphs/checkmate/vgg_unet_32_416x608.json"
-        );
-        let g = checkmate_graph::Graph::read(path).expect("the shared vgg_unet graph");
+        let g = shared_graph("vgg_unet_32_416x608");
         let budget = 9_555_096_371.0; // LF+10%
         let scale = crate::milp::model::memory_scale(&g, budget as u64);
         let model_at = |eps: f64| {
