@@ -96,6 +96,11 @@ impl Judged {
     }
 }
 
+/// The cheapest of `plans` (the first of equally cheap ones).
+fn cheapest(plans: &[Judged]) -> Option<&Judged> {
+    plans.iter().min_by(|a, b| a.cost.total_cmp(&b.cost))
+}
+
 /// The LP solution's `S` as fractions, one row per stage.
 fn fractional_keeps(model: &Model, x: &[f64]) -> Vec<Vec<f64>> {
     let n = model.n;
@@ -192,34 +197,29 @@ pub(crate) fn plan_lp_round(
     let start = Instant::now();
     let limit = default_limit(graph, options);
     let deadline = start + limit;
-    let mut best: Option<Judged> = None;
-    // Every candidate within budget (the starting points of the local search) and over it (to
-    // repair).
+    // Every candidate within budget (the starting points of the local search; the cheapest is
+    // the best plan so far) and over it (to repair).
     let mut fits: Vec<Judged> = Vec::new();
     let mut over: Vec<Judged> = Vec::new();
     let mut lower_bound = None;
-    let consider =
-        |j: Judged, best: &mut Option<Judged>, fits: &mut Vec<Judged>, over: &mut Vec<Judged>| {
-            if j.peak <= budget_bytes {
-                if best.as_ref().map_or(true, |b| j.cost < b.cost) {
-                    *best = Some(j.clone());
-                }
-                fits.push(j);
-            } else {
-                over.push(j);
-            }
-        };
+    let consider = |j: Judged, fits: &mut Vec<Judged>, over: &mut Vec<Judged>| {
+        if j.peak <= budget_bytes {
+            fits.push(j);
+        } else {
+            over.push(j);
+        }
+    };
     // Starting points from the baselines.
     if let Some(inc) = crate::milp::best_heuristic(graph, budget_bytes, options) {
         let keeps = (0..graph.len())
             .map(|t| inc.schedule.keeps(t).clone())
             .collect();
         if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
-            consider(j, &mut best, &mut fits, &mut over);
+            consider(j, &mut fits, &mut over);
         }
     }
     let with_lp = lp_attempted(graph, options);
-    if best.is_none() {
+    if fits.is_empty() {
         // Near the least feasible budget no baseline fits: lower the least-peak baseline by
         // repair until it does (a quarter of the time at most; 70% when there is no LP).
         let share = if with_lp { 0.25 } else { 0.7 };
@@ -229,7 +229,7 @@ pub(crate) fn plan_lp_round(
             budget_bytes,
             start + limit.mul_f64(share),
         );
-        consider(j, &mut best, &mut fits, &mut Vec::new());
+        consider(j, &mut fits, &mut Vec::new());
     }
     // The LP at the full budget and its solution, for the fixing step below. The first LP may
     // run until half the time (MobileNet's, 76k columns, needs about 12 s of a 30 s limit on one
@@ -305,13 +305,13 @@ pub(crate) fn plan_lp_round(
             for keeps in cands {
                 if let Some(j) = Judged::of(graph, keeps, budget_bytes) {
                     rounded_fits |= j.peak <= budget_bytes;
-                    consider(j, &mut best, &mut fits, &mut over);
+                    consider(j, &mut fits, &mut over);
                 }
             }
             tracing::debug!(
                 eps,
                 lp = ?res.objective,
-                best = ?best.as_ref().map(|b| b.cost),
+                best = ?cheapest(&fits).map(|b| b.cost),
                 "rounded"
             );
         }
@@ -320,14 +320,13 @@ pub(crate) fn plan_lp_round(
     if let Some((model, x)) = full_lp.filter(|_| fix) {
         let left = deadline.saturating_duration_since(Instant::now());
         if !left.is_zero() {
-            let warm_start = best
-                .as_ref()
-                .and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
+            let warm_start =
+                cheapest(&fits).and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
             let limit = left.mul_f64(0.6);
             if let Some(j) =
                 fix_and_solve(graph, model, &x, budget_bytes, options, limit, warm_start)?
             {
-                consider(j, &mut best, &mut fits, &mut over);
+                consider(j, &mut fits, &mut over);
             }
         }
     }
@@ -342,12 +341,12 @@ pub(crate) fn plan_lp_round(
         if Instant::now() >= repair_deadline {
             break;
         }
-        if best.as_ref().is_some_and(|b| b.cost <= cand.cost) {
+        if cheapest(&fits).is_some_and(|b| b.cost <= cand.cost) {
             continue;
         }
         if let Some(j) = repair::repair(graph, cand, budget_bytes, repair_deadline) {
             repaired += 1;
-            consider(j, &mut best, &mut fits, &mut Vec::new());
+            consider(j, &mut fits, &mut Vec::new());
         }
     }
     // Local search from the cheapest distinct plans within budget, cheapest first: a costlier
