@@ -7,7 +7,9 @@
 //! found, so a plan exists at each of them.
 //! Options: `--time-limit SEC` (per MILP solve, default 300), `--lf-time-limit SEC` (least feasible
 //! budget, default 60), `--out FILE`, `--graphs DIR`, `--only A,B` (graphs whose file name
-//! contains one of them), `--no-paper`, `--random` (also run `lp-round` on the random layered graphs).
+//! contains one of them), `--no-paper`, `--random` (also run `lp-round` on random layered graphs:
+//! our own of Moccasin's family at its four sizes, or with `--random-dir DIR` the Moccasin files in
+//! DIR, which the repository does not hold since they state no licence).
 //! `--paper-time-limit SEC` gives `--formulation paper` its own limit (default: `--time-limit`), to
 //! time its proofs where they take longer; `--budgets 0.1,0.5` runs only those fractions of the way
 //! from LF to the checkpoint-all peak (default 0.1,0.3,0.5).
@@ -39,6 +41,8 @@ struct Args {
     only: Option<String>,
     paper: bool,
     random: bool,
+    /// Where Moccasin's own random layered files are (`--random-dir`); generated graphs when absent.
+    random_dir: Option<PathBuf>,
     /// Only these strategies (all when empty).
     strategies: Vec<String>,
     /// Least feasible budgets given on the command line (graph name substring, bytes).
@@ -53,10 +57,11 @@ fn parse(args: &[String]) -> Result<Args> {
         budgets: vec![0.1, 0.3, 0.5],
         lf_time_limit: Duration::from_secs(60),
         out: root.join("docs/SOLVER_BENCH.md"),
-        graphs: root.join("../shared/graphs/checkmate"),
+        graphs: root.join("data/graphs/checkmate"),
         only: None,
         paper: true,
         random: false,
+        random_dir: None,
         strategies: Vec::new(),
         lf_given: Vec::new(),
     };
@@ -86,6 +91,10 @@ fn parse(args: &[String]) -> Result<Args> {
             "--only" => a.only = Some(value()?.clone()),
             "--no-paper" => a.paper = false,
             "--random" => a.random = true,
+            "--random-dir" => {
+                a.random = true;
+                a.random_dir = Some(PathBuf::from(value()?));
+            }
             "--strategies" => {
                 a.strategies = value()?.split(',').map(str::to_string).collect();
             }
@@ -539,7 +548,7 @@ pub fn run(args: &[String]) -> Result<()> {
         write_out(&sm, &tables, false)?;
     }
     if a.random {
-        let dir = a.graphs.join("../random_layered");
+        let graphs = random_graphs(a.random_dir.as_deref())?;
         writeln!(tables, "## lp-round on the random layered graphs\n")?;
         writeln!(
             tables,
@@ -548,21 +557,11 @@ pub fn run(args: &[String]) -> Result<()> {
              peak; `lp-round` with its default time limit.\n\n| graph | nodes | LF (B) | budget | status | cost | \
              cost / checkpoint-all cost | lower bound | seconds |\n|---|---|---|---|---|---|---|---|---|"
         )?;
-        let mut rfiles: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .with_context(|| format!("reading {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect();
-        rfiles.sort_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0));
         let mut largest: Vec<String> = Vec::new();
-        for path in rfiles {
-            let g = Graph::read(&path)?;
+        for (name, g) in graphs {
             let all = CheckpointAll::peak_bytes(&g);
             let t0 = Instant::now();
             let lfr = milp::least_feasible(&g, &lf_opts)?;
-            let name = path
-                .file_stem()
-                .map(|s| s.to_string_lossy().to_string())
-                .unwrap_or_default();
             eprintln!(
                 "{name}: {} nodes, LF {} (lower bound {}) in {:.1} s",
                 g.len(),
@@ -615,4 +614,36 @@ pub fn run(args: &[String]) -> Result<()> {
     write_out(&sm, &tables, true)?;
     eprintln!("wrote {}", a.out.display());
     Ok(())
+}
+
+/// The random layered graphs, smallest first: the files of `dir` (Moccasin's originals, from a
+/// path the user gives), or our own of the same family at Moccasin's four sizes (seed 0).
+fn random_graphs(dir: Option<&Path>) -> Result<Vec<(String, Graph)>> {
+    use checkmate_graph::generate::{random_layered, LayeredParams};
+    let Some(dir) = dir else {
+        return [(100, 0.27), (250, 0.43), (500, 0.36), (1000, 0.31)]
+            .into_iter()
+            .map(|(n, w)| {
+                let g = random_layered(&LayeredParams::moccasin(n, w), 0)?;
+                Ok((g.name().to_string(), g))
+            })
+            .collect();
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading --random-dir {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0));
+    files
+        .into_iter()
+        .map(|path| {
+            let g = Graph::read(&path)?;
+            let name = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
+            Ok((name, g))
+        })
+        .collect()
 }

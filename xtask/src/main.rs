@@ -9,6 +9,7 @@ mod bench_plots;
 mod bench_results;
 #[cfg(feature = "bench")]
 mod bench_solver;
+mod prereq;
 
 use std::process::Command;
 
@@ -20,12 +21,15 @@ commands:
   ci                 cargo fmt --check, then cargo test --workspace with clippy -D warnings as the
                      workspace's compiler (what CI runs)
   bench [PART]       regenerate benchmark tables in docs/ (parts: simulator, solver [--time-limit SEC]
-                     [--only NAME] [--no-paper] [--random]; results-solver (the same with short
-                     limits, for docs/RESULTS.md), frontier, plan, max-batch, train,
+                     [--only NAME] [--no-paper] [--random] [--random-dir DIR]; results-solver
+                     (the same with short limits, for docs/RESULTS.md), frontier, plan, max-batch,
+                     train,
                      results [--quick]: docs/RESULTS.md and docs/figures/; render: rewrite
                      RESULTS.md from stored measurements; no part: results, i.e. all but simulator)
   train [ARGS...]    train a model with a rematerialization plan (release build; defaults: vgg16,
                      batch 16 at 32x32, 8 steps, budget 85%, milp, outputs-only accounting)
+  prereq             check (and, as root with apt-get, install) cmake, a C++ compiler and libclang;
+                     every command above does this first
   profile [ARGS...]  measure per-node costs on this machine (release build; no ARGS: vgg16
                      32x32 batch 2 -> target/profile-vgg16.json, about a minute on 2 cores)";
 
@@ -36,7 +40,22 @@ fn main() -> Result<()> {
         return Ok(());
     };
     let rest = &args[1..];
+    // Everything but help compiles the workspace, whose HiGHS build needs cmake, a C++ compiler
+    // and libclang: check (or install) them before cargo starts, not minutes into the build.
+    if matches!(
+        cmd.as_str(),
+        "ci" | "bench" | "train" | "profile" | "prereq"
+    ) {
+        if let Err(line) = prereq::ensure() {
+            eprintln!("error: {line}");
+            std::process::exit(1);
+        }
+    }
     match cmd.as_str() {
+        "prereq" => {
+            println!("build prerequisites present (cmake, C++ compiler, libclang)");
+            Ok(())
+        }
         "ci" => ci(),
         "bench" => bench(rest),
         "train" => run_release_cli(cmd, &with_defaults(rest, TRAIN_DEFAULTS)),

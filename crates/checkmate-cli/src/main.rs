@@ -1,6 +1,7 @@
 //! `checkmate`: schedule, simulate, sweep, profile and train with tensor-rematerialization plans.
 
 mod common;
+mod generate_cmd;
 mod graph_cmd;
 mod heap;
 mod max_batch_cmd;
@@ -28,6 +29,8 @@ struct Cli {
 enum Command {
     /// Export a zoo model's training graph (checkmate-graph/1).
     Graph(graph_cmd::GraphCmdArgs),
+    /// Write a random layered graph (Moccasin's benchmark family) of our own making.
+    Generate(generate_cmd::GenerateArgs),
     /// Schedule a training graph under a memory budget.
     Solve(solve_cmd::SolveArgs),
     /// Replay a plan: validity, peak memory and cost.
@@ -55,6 +58,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Graph(args) => graph_cmd::run(args),
+        Command::Generate(args) => generate_cmd::run(args),
         Command::Solve(args) => solve_cmd::run(args),
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Sweep(args) => sweep_cmd::run(args),

@@ -2,7 +2,7 @@
 
 const VGG16: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/graphs/checkmate/VGG16_256_224.json"
+    "/../../data/graphs/checkmate/VGG16_256_224.json"
 );
 
 mod common;

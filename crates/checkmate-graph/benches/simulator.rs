@@ -1,12 +1,8 @@
 //! Simulator throughput: a 1000-node graph and a 100,000-step plan.
 
+use checkmate_graph::generate::{random_layered, LayeredParams};
 use checkmate_graph::{simulate, Graph, Plan, Step};
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-
-const GRAPH: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/graphs/random_layered/random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.json"
-);
 
 /// Computes every node in topological order, then frees everything; 50 rounds = 100,000 steps.
 fn long_plan(g: &Graph) -> Plan {
@@ -19,7 +15,8 @@ fn long_plan(g: &Graph) -> Plan {
 }
 
 fn bench(c: &mut Criterion) {
-    let g = Graph::read(GRAPH).expect("shared graph loads");
+    // Our own graph of Moccasin's random layered family at its largest size.
+    let g = random_layered(&LayeredParams::moccasin(1000, 0.31), 0).expect("valid parameters");
     let plan = long_plan(&g);
     assert_eq!(plan.steps.len(), 100_000);
     c.bench_function("simulate 1000 nodes, 100k steps", |b| {

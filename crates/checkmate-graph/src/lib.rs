@@ -7,7 +7,8 @@
 //! - [`simulate`]: the single judge of a plan's validity, peak activation bytes and cost;
 //! - [`Schedule`]: the paper's `(R, S)` form, with Algorithm 1 ([`Schedule::to_plan`]) and
 //!   Algorithm 2 ([`Schedule::cheapest_given_keeps`]);
-//! - [`Budget`]: budgets as users write them (`6GiB`, `50%`).
+//! - [`Budget`]: budgets as users write them (`6GiB`, `50%`);
+//! - [`generate`]: random graphs of our own (random layered DAGs) for tests and benchmarks.
 //!
 //! ```
 //! use checkmate_graph::{simulate, Graph, NodeKind, NodeSpec, Plan, Step};
@@ -34,6 +35,7 @@
 
 mod budget;
 mod error;
+pub mod generate;
 mod graph;
 mod io;
 mod plan;

@@ -1,5 +1,5 @@
 //! Our forward graphs against the seven training graphs of Checkmate's paper
-//! (`shared/graphs/checkmate`): output bytes in topological order, names and forward edges.
+//! (`data/graphs/checkmate`): output bytes in topological order, names and forward edges.
 
 use std::collections::BTreeSet;
 
@@ -8,7 +8,7 @@ use checkmate_models::{model_by_name, ImageSize, ModelConfig, TrainingConfig};
 
 fn reference(file: &str) -> Graph {
     let path = format!(
-        "{}/../../../shared/graphs/checkmate/{file}.json",
+        "{}/../../data/graphs/checkmate/{file}.json",
         env!("CARGO_MANIFEST_DIR")
     );
     Graph::read(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"))

@@ -21,11 +21,11 @@ const BASELINES: &[&str] = &[
 
 const VGG16: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/graphs/checkmate/VGG16_256_224.json"
+    "/../../data/graphs/checkmate/VGG16_256_224.json"
 );
 const RESNET50: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/graphs/checkmate/ResNet50_256_224.json"
+    "/../../data/graphs/checkmate/ResNet50_256_224.json"
 );
 
 /// A training-like graph: `m` forward layers (a chain plus skip edges `(a, b)`: layer `b` also reads

@@ -12,7 +12,7 @@ use checkmate_solver::{
 
 const VGG16: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/graphs/checkmate/VGG16_256_224.json"
+    "/../../data/graphs/checkmate/VGG16_256_224.json"
 );
 
 fn vgg16() -> Graph {

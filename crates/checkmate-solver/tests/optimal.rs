@@ -294,7 +294,7 @@ fn least_feasible_budget_is_proven_and_reported() {
 fn formulations_agree_on_vgg16() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/graphs/checkmate/VGG16_256_224.json"
+        "/../../data/graphs/checkmate/VGG16_256_224.json"
     );
     let g = match Graph::read(path) {
         Ok(g) => g,

@@ -333,10 +333,11 @@ pub(crate) mod tests {
     use super::*;
     use checkmate_graph::NodeSpec;
 
-    /// A graph of ../shared/graphs/checkmate, e.g. `shared_graph("VGG16_256_224")`.
+    /// One of Checkmate's graphs in the repository's data/graphs/checkmate, e.g.
+    /// `shared_graph("VGG16_256_224")`.
     pub(crate) fn shared_graph(name: &str) -> Graph {
         let path = format!(
-            "{}/../../../shared/graphs/checkmate/{name}.json",
+            "{}/../../data/graphs/checkmate/{name}.json",
             env!("CARGO_MANIFEST_DIR")
         );
         Graph::read(&path).unwrap_or_else(|e| panic!("the shared graph {name}: {e}"))

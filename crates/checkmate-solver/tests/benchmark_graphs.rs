@@ -1,54 +1,46 @@
-//! Every shared benchmark graph loads, and its checkpoint-all and checkpoint-last plans simulate with
-//! the properties those strategies promise.
+//! Every benchmark graph the repository holds loads, and its checkpoint-all and checkpoint-last
+//! plans simulate with the properties those strategies promise: Checkmate's seven training graphs
+//! (data/graphs/checkmate) and our own random layered graphs of Moccasin's family at its four sizes,
+//! read back through the node-link importer.
 
+use checkmate_graph::generate::{random_layered, to_layered_node_link, LayeredParams};
 use checkmate_graph::{simulate, Graph, NodeKind};
 use checkmate_solver::baselines::{CheckpointAll, CheckpointLast};
 use checkmate_solver::{solve, strategy_by_name, Error, SolveOptions, Status};
 
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/graphs");
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/graphs/checkmate");
 
 /// (file, nodes, forward nodes)
-const GRAPHS: &[(&str, usize, usize)] = &[
-    ("checkmate/VGG16_256_224.json", 45, 22),
-    ("checkmate/VGG19_256_224.json", 51, 25),
-    ("checkmate/vgg_unet_32_416x608.json", 71, 35),
-    ("checkmate/fcn_8_vgg_32_416x608.json", 73, 36),
-    ("checkmate/segnet_32_416x608.json", 77, 38),
-    ("checkmate/MobileNet_512_224.json", 185, 92),
-    ("checkmate/ResNet50_256_224.json", 353, 176),
-    (
-        "random_layered/random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json",
-        100,
-        100,
-    ),
-    (
-        "random_layered/random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json",
-        250,
-        250,
-    ),
-    (
-        "random_layered/random_layered_n500_w0.36_nlv0.75_ed0.2_scd0.14.json",
-        500,
-        500,
-    ),
-    (
-        "random_layered/random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.json",
-        1000,
-        1000,
-    ),
+const CHECKMATE: &[(&str, usize, usize)] = &[
+    ("VGG16_256_224.json", 45, 22),
+    ("VGG19_256_224.json", 51, 25),
+    ("vgg_unet_32_416x608.json", 71, 35),
+    ("fcn_8_vgg_32_416x608.json", 73, 36),
+    ("segnet_32_416x608.json", 77, 38),
+    ("MobileNet_512_224.json", 185, 92),
+    ("ResNet50_256_224.json", 353, 176),
 ];
 
+/// Moccasin's four random layered sizes and width factors.
+const LAYERED: &[(usize, f64)] = &[(100, 0.27), (250, 0.43), (500, 0.36), (1000, 0.31)];
+
 fn load(file: &str) -> Graph {
-    Graph::read(format!("{SHARED}/{file}")).unwrap_or_else(|e| panic!("{file}: {e}"))
+    Graph::read(format!("{DATA}/{file}")).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// Our random layered graph, written in Moccasin's node-link form and read back.
+fn layered(nodes: usize, width: f64) -> Graph {
+    let g = random_layered(&LayeredParams::moccasin(nodes, width), 0).unwrap();
+    Graph::from_json_str(&to_layered_node_link(&g), "generated").unwrap()
 }
 
 #[test]
-fn every_shared_graph_loads_and_checkpoint_all_simulates() {
-    for &(file, nodes, forward) in GRAPHS {
-        let g = load(file);
-        assert_eq!(g.len(), nodes, "{file}");
-        assert_eq!(g.forward_nodes().count(), forward, "{file}");
-        if file.starts_with("checkmate/") {
+fn every_graph_loads_and_checkpoint_all_simulates() {
+    let mut graphs: Vec<(String, Graph, usize)> = CHECKMATE
+        .iter()
+        .map(|&(file, nodes, forward)| {
+            let g = load(file);
+            assert_eq!(g.len(), nodes, "{file}");
             assert_eq!(
                 g.nodes()
                     .iter()
@@ -62,9 +54,16 @@ fn every_shared_graph_loads_and_checkpoint_all_simulates() {
                 "Loss",
                 "{file}: the loss follows the forward pass"
             );
-        }
-        let plan = CheckpointAll::schedule(&g).to_plan(&g);
-        let sim = simulate(&g, &plan).unwrap_or_else(|e| panic!("{file}: {e}"));
+            (file.to_string(), g, forward)
+        })
+        .collect();
+    for &(n, w) in LAYERED {
+        graphs.push((format!("layered n{n}"), layered(n, w), n));
+    }
+    for (file, g, forward) in &graphs {
+        assert_eq!(g.forward_nodes().count(), *forward, "{file}");
+        let plan = CheckpointAll::schedule(g).to_plan(g);
+        let sim = simulate(g, &plan).unwrap_or_else(|e| panic!("{file}: {e}"));
         // No recomputation: each node once, cost = the sum of costs.
         assert_eq!(sim.computes, g.len(), "{file}");
         assert!(
@@ -82,7 +81,7 @@ fn every_shared_graph_loads_and_checkpoint_all_simulates() {
         );
         // The same through the strategy interface, at exactly its peak.
         let all = strategy_by_name("checkpoint-all").unwrap();
-        let sol = solve(&g, all.as_ref(), sim.peak_bytes, &SolveOptions::default()).unwrap();
+        let sol = solve(g, all.as_ref(), sim.peak_bytes, &SolveOptions::default()).unwrap();
         assert_eq!(sol.status, Status::Optimal);
         assert_eq!(sol.peak_bytes(), Some(sim.peak_bytes));
     }
@@ -90,7 +89,7 @@ fn every_shared_graph_loads_and_checkpoint_all_simulates() {
 
 #[test]
 fn checkpoint_last_trades_compute_for_memory() {
-    for &(file, ..) in &GRAPHS[..7] {
+    for &(file, ..) in CHECKMATE {
         let g = load(file);
         let all = simulate(&g, &CheckpointAll::schedule(&g).to_plan(&g)).unwrap();
         let last = simulate(&g, &CheckpointLast::schedule(&g).to_plan(&g)).unwrap();
@@ -101,7 +100,7 @@ fn checkpoint_last_trades_compute_for_memory() {
 
 #[test]
 fn a_budget_below_the_strategy_needs_names_the_least_that_works() {
-    let g = load("checkmate/VGG16_256_224.json");
+    let g = load("VGG16_256_224.json");
     let peak = CheckpointAll::peak_bytes(&g);
     let all = strategy_by_name("checkpoint-all").unwrap();
     let err = solve(&g, all.as_ref(), peak - 1, &SolveOptions::default()).unwrap_err();
