@@ -128,9 +128,13 @@ fn run_one(g: &Graph, name: &str, budget: u64, options: &SolveOptions, label: &s
             lower_bound: sol.lower_bound,
             seconds: sol.solve_seconds,
         },
-        Err(Error::BudgetTooSmall { .. }) => Row {
+        Err(e @ (Error::BudgetTooSmall { .. } | Error::NoPlanFound { .. })) => Row {
             strategy: label.to_string(),
-            status: "no plan".into(),
+            status: if matches!(e, Error::BudgetTooSmall { .. }) {
+                "infeasible".into()
+            } else {
+                "no plan found".into()
+            },
             cost: None,
             lower_bound: None,
             seconds: t0.elapsed().as_secs_f64(),

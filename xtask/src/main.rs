@@ -4,6 +4,8 @@
 // feature so that `cargo xtask ci` (and `train`, `profile`) build in seconds. `cargo xtask bench`
 // builds the release xtask with that feature and runs it.
 #[cfg(feature = "bench")]
+mod bench_generated;
+#[cfg(feature = "bench")]
 mod bench_plots;
 #[cfg(feature = "bench")]
 mod bench_results;
@@ -21,7 +23,8 @@ commands:
   ci                 cargo fmt --check, then cargo test --workspace with clippy -D warnings as the
                      workspace's compiler (what CI runs)
   bench [PART]       regenerate benchmark tables in docs/ (parts: simulator, solver [--time-limit SEC]
-                     [--only NAME] [--no-paper] [--random] [--random-dir DIR]; results-solver
+                     [--only NAME] [--no-paper] [--random] [--random-dir DIR]; generated
+                     [--graphs N] (lp-round vs milp on our own random graphs); results-solver
                      (the same with short limits, for docs/RESULTS.md), frontier, plan, max-batch,
                      train,
                      results [--quick]: docs/RESULTS.md and docs/figures/; render: rewrite
@@ -91,6 +94,9 @@ const TRAIN_DEFAULTS: &[(&str, &str)] = &[
     ("--lr", "0.002"),
     ("--time-limit", "30"),
 ];
+
+/// How long the first release build takes on this project's 2-core machines (README).
+const FIRST_BUILD: &str = "8 minutes";
 
 /// `args` plus every default flag that `args` does not set.
 fn with_defaults(args: &[String], defaults: &[(&str, &str)]) -> Vec<String> {
@@ -227,11 +233,12 @@ fn bench(rest: &[String]) -> Result<()> {
 fn bench_parts(part: &str, rest: &[String]) -> Result<()> {
     match part {
         "solver" => bench_solver::run(&rest[1..]),
+        "generated" => bench_generated::run(&rest[1..]),
         p if bench_results::PARTS.contains(&p) => bench_results::run(p, &rest[1..]),
         "all" => bench_results::run("results", rest),
         p if p.starts_with("--") => bench_results::run("results", rest),
         other => bail!(
-            "unknown bench part {other:?}; known: simulator, solver, {}",
+            "unknown bench part {other:?}; known: simulator, solver, generated, {}",
             bench_results::PARTS.join(", ")
         ),
     }
@@ -240,15 +247,20 @@ fn bench_parts(part: &str, rest: &[String]) -> Result<()> {
 /// `cargo xtask train|profile ...` runs the release `checkmate` binary with that subcommand.
 fn run_release_cli(sub: &str, rest: &[String]) -> Result<()> {
     let cargo = cargo();
-    let mut args = vec![
-        "run",
-        "--release",
-        "--quiet",
-        "-p",
-        "checkmate-cli",
-        "--",
-        sub,
-    ];
+    // The first build compiles candle and HiGHS (C++) from source: say so, and let cargo show
+    // its progress instead of minutes of silence.
+    let first = !workspace_root().join("target/release/checkmate").exists();
+    if first {
+        eprintln!(
+            "first build of the release `checkmate` binary: about {FIRST_BUILD} on 2 cores \
+             (HiGHS is compiled from source); later runs start at once"
+        );
+    }
+    let mut args = vec!["run", "--release"];
+    if !first {
+        args.push("--quiet");
+    }
+    args.extend(["-p", "checkmate-cli", "--", sub]);
     args.extend(rest.iter().map(String::as_str));
     run(&cargo, &args)
 }

@@ -145,12 +145,14 @@ fn apt_privilege() -> Result<Vec<&'static str>, &'static str> {
     }
 }
 
+/// Runs an apt-get command line, its progress output discarded (errors still reach stderr).
 fn apt(args: &[&str]) -> bool {
     eprintln!("$ {}", args.join(" "));
     Command::new(args[0])
         .args(&args[1..])
         .env("DEBIAN_FRONTEND", "noninteractive")
         .stdin(Stdio::null())
+        .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
 }

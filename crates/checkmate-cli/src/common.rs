@@ -170,7 +170,8 @@ pub fn print_json(value: &serde_json::Value) {
 #[derive(Debug, Clone, Args)]
 pub struct SolverArgs {
     /// Time limit for MILP/LP solves, in seconds (default: none for `milp`; `lp-round` 0.25 s per
-    /// node, 8 to 30 s, up to 300 nodes, else 0.02 s per node, 5 to 60 s, without its LP).
+    /// node, 8 to 30 s, up to 300 nodes, else 0.02 s per node, 5 to 60 s, without its LP; when
+    /// it has found no plan by then, its exact fallback may run to 4 times that, 30 to 120 s).
     #[arg(long)]
     pub time_limit: Option<f64>,
     /// Relative MIP gap at which the MILP stops.

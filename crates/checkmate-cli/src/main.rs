@@ -68,6 +68,17 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(exit_code(&e));
+    }
+}
+
+/// The exit status of a failed command: 2 when no plan can fit the budget (proven), 3 when the
+/// strategy found none but none is proven impossible, 1 for every other error.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    use checkmate_solver::Error;
+    match e.downcast_ref::<Error>() {
+        Some(Error::BudgetTooSmall { .. } | Error::BelowStatic { .. }) => 2,
+        Some(Error::NoPlanFound { .. }) => 3,
+        _ => 1,
     }
 }

@@ -44,18 +44,35 @@ pub fn run(args: SolveArgs) -> Result<()> {
         Ok(s) => s,
         Err(e) => {
             if args.json {
-                let least = match &e {
-                    checkmate_solver::Error::BudgetTooSmall {
+                use checkmate_solver::Error as E;
+                let (status, least) = match &e {
+                    E::BudgetTooSmall {
                         least_feasible_bytes,
                         ..
-                    } => least_feasible_bytes.map(|l| l + graph.static_bytes()),
+                    } => ("infeasible", *least_feasible_bytes),
+                    E::NoPlanFound {
+                        least_feasible_bytes,
+                        ..
+                    } => ("no-plan-found", *least_feasible_bytes),
+                    E::BelowStatic { .. } => ("infeasible", None),
+                    _ => ("error", None),
+                };
+                let proven_floor = match &e {
+                    E::BudgetTooSmall {
+                        proven_lower_bound_bytes,
+                        ..
+                    } => proven_lower_bound_bytes.map(|b| b + graph.static_bytes()),
+                    E::NoPlanFound {
+                        proven_floor_bytes, ..
+                    } => Some(proven_floor_bytes + graph.static_bytes()),
                     _ => None,
                 };
                 print_json(&json!({
                     "strategy": args.strategy,
-                    "status": "infeasible",
+                    "status": status,
                     "error": e.to_string(),
-                    "least_feasible_budget_bytes": least,
+                    "least_feasible_budget_bytes": least.map(|l| l + graph.static_bytes()),
+                    "proven_lower_bound_bytes": proven_floor,
                     "budget_bytes": budget.total_bytes,
                     "cost": null, "lower_bound": null, "peak_bytes": null,
                 }));

@@ -144,7 +144,7 @@ fn cell(p: Option<&SweepPoint>) -> String {
         Some(p) => match (p.status, p.overhead) {
             (PointStatus::Solved(_), Some(o)) => format!("{:+.1}%", 100.0 * o),
             (PointStatus::Solved(st), None) => st.as_str().into(),
-            (PointStatus::Infeasible, _) => "-".into(),
+            (PointStatus::Infeasible | PointStatus::NoPlanFound, _) => "-".into(),
             (PointStatus::NotApplicable, _) => "n/a".into(),
             (PointStatus::Failed, _) => "failed".into(),
         },

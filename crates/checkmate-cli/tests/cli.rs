@@ -57,6 +57,19 @@ fn solve_writes_a_plan_that_simulate_accepts_with_the_same_numbers() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Runs `checkmate`: its exit code, the `--json` object, stderr.
+fn checkmate_code(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_checkmate"))
+        .args(args)
+        .output()
+        .expect("binary runs");
+    (
+        out.status.code(),
+        common::last_json(&String::from_utf8_lossy(&out.stdout)),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 #[test]
 fn too_small_budget_fails_naming_the_least_feasible_budget() {
     let (_, full, _) = checkmate(&[
@@ -70,20 +83,38 @@ fn too_small_budget_fails_naming_the_least_feasible_budget() {
         "--json",
     ]);
     let peak = full["peak_bytes"].as_u64().unwrap();
-    let (ok, out, err) = checkmate(&[
-        "solve",
-        "--graph",
-        VGG16,
-        "--strategy",
-        "checkpoint-all",
-        "--budget",
-        &(peak - 1).to_string(),
-        "--json",
-    ]);
-    assert!(!ok);
-    assert_eq!(out["status"], "infeasible");
+    let solve_at = |strategy: &str, budget: u64| {
+        checkmate_code(&[
+            "solve",
+            "--graph",
+            VGG16,
+            "--strategy",
+            strategy,
+            "--budget",
+            &budget.to_string(),
+            "--json",
+        ])
+    };
+    // Above the proven floor, checkpoint-all's failure proves nothing: "no plan found", exit 3.
+    let (code, out, err) = solve_at("checkpoint-all", peak - 1);
+    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(out["status"], "no-plan-found");
     assert_eq!(out["least_feasible_budget_bytes"].as_u64(), Some(peak));
-    assert!(err.contains(&peak.to_string()), "{err}");
+    let floor = out["proven_lower_bound_bytes"].as_u64().unwrap();
+    assert!(floor < peak - 1, "{out}");
+    assert!(
+        err.contains(&peak.to_string()) && err.contains("found no plan"),
+        "{err}"
+    );
+    assert!(!err.contains("too small"), "{err}");
+    // Below it, every strategy's answer is proven: "infeasible", exit 2, naming the floor.
+    for strategy in ["checkpoint-all", "lp-round"] {
+        let (code, out, err) = solve_at(strategy, floor - 1);
+        assert_eq!(code, Some(2), "{strategy}: {err}");
+        assert_eq!(out["status"], "infeasible", "{strategy}");
+        assert_eq!(out["proven_lower_bound_bytes"].as_u64(), Some(floor));
+        assert!(err.contains(&format!("less than {floor}")), "{err}");
+    }
 }
 
 #[test]

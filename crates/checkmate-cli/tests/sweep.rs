@@ -42,10 +42,17 @@ fn sweep_json_and_svg_cover_every_point() {
                 assert!(p["cost"].is_null(), "{p}");
                 assert!(p["error"].as_str().unwrap().contains("too small"), "{p}");
             }
+            "no-plan-found" => {
+                assert!(p["cost"].is_null(), "{p}");
+                assert!(
+                    p["error"].as_str().unwrap().contains("found no plan"),
+                    "{p}"
+                );
+            }
             other => panic!("unexpected status {other}: {p}"),
         }
         if p["strategy"] == "checkpoint-all" {
-            assert_eq!(p["status"] == "infeasible", budget < peak, "{p}");
+            assert_eq!(p["status"] == "no-plan-found", budget < peak, "{p}");
         }
     }
     let text = std::fs::read_to_string(&svg).unwrap();

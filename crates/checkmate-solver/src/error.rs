@@ -5,13 +5,17 @@ use thiserror::Error;
 /// What can go wrong while scheduling.
 #[derive(Debug, Error)]
 pub enum Error {
-    /// The budget is below what the strategy needs.
+    /// Proven infeasible: no schedule of any strategy fits the budget (it is below a proven floor
+    /// on every plan's peak, or the exact solver proved it).
     #[error(
-        "{strategy}: activation budget {budget_bytes} bytes is too small; {}",
-        match (least_feasible_bytes, proven_lower_bound_bytes) {
-            (Some(l), _) => format!("the least activation budget that works for {strategy} is {l} bytes (total {} with static memory)", l + static_bytes),
-            (None, Some(lb)) => format!("no schedule fits in less than {lb} activation bytes (total {} with static memory)", lb + static_bytes),
-            (None, None) => "no schedule was found".to_string(),
+        "{strategy}: activation budget {budget_bytes} bytes is too small: {}{}",
+        match proven_lower_bound_bytes {
+            Some(lb) => format!("no schedule fits in less than {lb} activation bytes (total {} with static memory)", lb + static_bytes),
+            None => format!("{strategy} proved that no schedule fits within it"),
+        },
+        match least_feasible_bytes {
+            Some(l) => format!("; the least activation budget that works for {strategy} is {l} bytes (total {} with static memory)", l + static_bytes),
+            None => String::new(),
         }
     )]
     BudgetTooSmall {
@@ -21,10 +25,36 @@ pub enum Error {
         budget_bytes: u64,
         /// The graph's static bytes (added to report total budgets).
         static_bytes: u64,
-        /// The least activation budget at which this strategy finds a plan, when known.
+        /// The least activation budget at which this strategy finds a plan, when known (always
+        /// above `budget_bytes`).
         least_feasible_bytes: Option<u64>,
-        /// A proven lower bound on any plan's peak, when known.
+        /// A proven lower bound on any plan's peak, above `budget_bytes`; `None` when the proof is
+        /// the solver's infeasibility proof at this budget.
         proven_lower_bound_bytes: Option<u64>,
+    },
+    /// The strategy found no plan within the budget, but none is proven impossible: the budget is
+    /// at or above the proven floor, so another strategy, a longer time limit or a larger budget
+    /// may find one.
+    #[error(
+        "{strategy} found no plan within {budget_bytes} activation bytes (total {} with static memory){}; this does not prove that none exists (no plan can fit in less than {proven_floor_bytes} bytes, which the budget is above): try --strategy milp, a longer --time-limit, or a larger budget",
+        budget_bytes + static_bytes,
+        match least_feasible_bytes {
+            Some(l) => format!("; the least activation budget at which {strategy} finds one is {l} bytes (total {} with static memory)", l + static_bytes),
+            None => String::new(),
+        }
+    )]
+    NoPlanFound {
+        /// The strategy asked.
+        strategy: String,
+        /// The activation budget it was given.
+        budget_bytes: u64,
+        /// The graph's static bytes.
+        static_bytes: u64,
+        /// The least activation budget at which this strategy finds a plan, when known (always
+        /// above `budget_bytes`).
+        least_feasible_bytes: Option<u64>,
+        /// The proven floor on every plan's peak (at most `budget_bytes`).
+        proven_floor_bytes: u64,
     },
     /// The total budget does not even hold the static memory.
     #[error("budget {total_bytes} bytes does not hold the static memory ({static_bytes} bytes: parameters, gradients, optimizer state, inputs); give at least {static_bytes} plus the activation memory")]

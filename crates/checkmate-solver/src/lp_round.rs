@@ -11,16 +11,22 @@
 //! 3. Search `eps` (0 first, which gives the lower bound, then the paper's 0.1, then 0.05 and
 //!    0.2 ... 0.5 only while no rounding fits) while time allows. Each LP after the first is a
 //!    bound change on the one before, solved from its basis (`run::LpSeries`).
-//! 4. The LP at the full budget re-solved with its integral keeps fixed: a small MILP over the
-//!    fractional keeps and the computes, warm-started with the best plan so far (60% of the
-//!    remaining time).
-//! 5. Candidates over budget that cost less than the best plan so far are repaired by greedily
-//!    dropping keeps that are live where the memory timeline peaks ([`repair`]; the closest to
-//!    the budget first, in half the time left); then local search, which keeps recomputed tensors
-//!    longer when that stays within budget, starts from each of the cheapest plans within budget
-//!    (a costlier start can end cheaper), and the cheapest result is returned.
+//! 4. Candidates over budget that cost less than the best plan so far are repaired by greedily
+//!    changing keeps around the memory timeline's peak ([`repair`]; the closest to the budget
+//!    first, in half the time left); then local search, which keeps recomputed tensors longer
+//!    when that stays within budget, starts from each of the cheapest plans within budget (a
+//!    costlier start can end cheaper).
+//! 5. Restricted MILPs: while no plan fits, the LP at the full budget with its integral keeps
+//!    fixed (a small MILP over the fractional keeps, 60% of the time left); with a plan, RINS:
+//!    the keeps on which that LP and the plan agree fixed, the rest free, from the plan (30%).
+//! 6. Polish: the exact MILP warm-started with the best plan for the time left (it stops when the
+//!    plan is proven optimal). When nothing fits, and the LP did not prove that nothing can, this
+//!    MILP decides: its plan or its proof of infeasibility; without a caller's time limit it may
+//!    run to 4 times the default limit (30 to 120 s) then. Without a plan or a proof, the outcome
+//!    is "no plan found", never "infeasible".
 //!
-//! Steps 0, 4 and 5 go beyond the paper; `milp` uses this without step 4 for its incumbent.
+//! Steps 0, 4, 5 and 6 go beyond the paper; `milp` uses this without steps 5 and 6 for its
+//! incumbent. Steps 5 and 6 run only where the LP does (up to 300 nodes by default).
 //!
 //! The LP optimum at the full budget is a lower bound on the optimal cost and is reported as such.
 
@@ -239,6 +245,8 @@ pub(crate) fn plan_lp_round(
     let lp_deadline = start + limit.mul_f64(0.4);
     let mut rounded_fits = false;
     let mut full_lp: Option<(Model, Vec<f64>)> = None;
+    // The LP relaxation at the full budget proved that no plan fits.
+    let mut proven_infeasible = false;
     if with_lp {
         let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
         // One memory scale for every eps, so that each LP is the one before with other bounds.
@@ -285,6 +293,7 @@ pub(crate) fn plan_lp_round(
             let Some(x) = res.x else {
                 tracing::debug!(eps, status = ?res.status, "LP relaxation has no solution");
                 if res.status == run::RunStatus::Infeasible {
+                    proven_infeasible |= eps == 0.0;
                     break;
                 }
                 continue;
@@ -316,20 +325,6 @@ pub(crate) fn plan_lp_round(
             );
         }
     }
-    // The LP re-solved with its integral keeps fixed: a small MILP over the fractional ones.
-    if let Some((model, x)) = full_lp.filter(|_| fix) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if !left.is_zero() {
-            let warm_start =
-                cheapest(&fits).and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
-            let limit = left.mul_f64(0.6);
-            if let Some(j) =
-                fix_and_solve(graph, model, &x, budget_bytes, options, limit, warm_start)?
-            {
-                consider(j, &mut fits, &mut over);
-            }
-        }
-    }
     // Repair the roundings over budget that cost less than the best plan so far (repair only
     // adds recomputation), the ones closest to the budget first, in half the time left.
     over.sort_by_key(|a| (a.peak, a.cost.to_bits()));
@@ -359,6 +354,7 @@ pub(crate) fn plan_lp_round(
         "local search"
     );
     let mut best: Option<Judged> = None;
+    let mut optima: Vec<Judged> = Vec::new();
     for start in fits.into_iter().take(SEARCH_STARTS) {
         if best.is_some() && Instant::now() >= deadline {
             break;
@@ -366,7 +362,92 @@ pub(crate) fn plan_lp_round(
         let b = repair::improve(graph, start, budget_bytes, deadline);
         let b = without_unused_keeps(graph, b, budget_bytes);
         if best.as_ref().map_or(true, |x| b.cost < x.cost) {
-            best = Some(b);
+            best = Some(b.clone());
+        }
+        optima.push(b);
+    }
+    // Swaps from the distinct local optima, cheapest first: keep a recomputed tensor and repair
+    // the excess elsewhere (a third of the time left in all; on random layered graphs at tight
+    // budgets the repaired plans were 10-30% above the optimum, and the LP too weak to guide the
+    // restricted MILPs there).
+    if fix {
+        optima.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+        optima.dedup_by(|a, b| a.keeps == b.keeps);
+        let now = Instant::now();
+        let until = now + deadline.saturating_duration_since(now) / 3;
+        for start in optima {
+            if Instant::now() >= until {
+                break;
+            }
+            let b = repair::improve_with_swaps(graph, start, budget_bytes, until);
+            let b = without_unused_keeps(graph, b, budget_bytes);
+            if best.as_ref().map_or(true, |x| b.cost < x.cost) {
+                best = Some(b);
+            }
+        }
+    }
+    // Restricted MILPs, each kept only when it is cheaper than the best plan (and then improved
+    // by local search): while no plan fits, the LP at the full budget with its integral keeps
+    // fixed (a small MILP over the fractional ones, 60% of the time left); then RINS: the keeps
+    // on which that LP and the best plan agree fixed, the rest free (30%). The fixed-keep MILP
+    // runs only without a plan: its fixings usually exclude the best plan, which it then cannot
+    // start from (on random layered graphs it spent its time and found nothing).
+    if let Some((model, x)) = full_lp.as_ref().filter(|_| fix) {
+        for (rins, share) in [(false, 0.6), (true, 0.3)] {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let settled = best.as_ref().is_some_and(|b| {
+                lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
+            });
+            if left.is_zero() || settled || rins != best.is_some() {
+                continue;
+            }
+            let warm_start = best
+                .as_ref()
+                .and_then(|b| warm::warm_vector(graph, model, &b.schedule));
+            let found = fix_and_solve(
+                graph,
+                model.clone(),
+                x,
+                best.as_ref().filter(|_| rins).map(|b| b.keeps.as_slice()),
+                budget_bytes,
+                options,
+                left.mul_f64(share),
+                warm_start,
+            )?;
+            let cheaper = |j: &Judged| {
+                j.peak <= budget_bytes && best.as_ref().map_or(true, |b| j.cost < b.cost)
+            };
+            if let Some(j) = found.filter(cheaper) {
+                let j = repair::improve(graph, j, budget_bytes, deadline);
+                best = Some(without_unused_keeps(graph, j, budget_bytes));
+            }
+        }
+    }
+    // Polish: the exact MILP from the best plan (or, when nothing fits and nothing proves that
+    // nothing can, from scratch) with the time left, while the plan is not proven optimal. It can
+    // only improve the plan, and it decides budgets where every heuristic failed.
+    if fix
+        && with_lp
+        && !proven_infeasible
+        && budget_bytes >= graph.min_feasible_activation_bytes()
+        && !best.as_ref().is_some_and(|b| {
+            lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
+        })
+    {
+        // Without a plan and without a limit from the caller, the exact MILP may run past the
+        // default limit (to 4 times it, 30 to 120 s): "no plan found" is the worst answer, and
+        // at budgets near the floor the MILP alone often needs 10-20 s to find a first plan on
+        // graphs of 30-60 nodes where every heuristic fails.
+        let until = if best.is_none() && options.time_limit.is_none() {
+            start + (limit * 4).clamp(Duration::from_secs(30), Duration::from_secs(120))
+        } else {
+            deadline
+        };
+        if let Some(out) = exact_polish(graph, budget_bytes, options, until, best.as_ref())? {
+            return Ok(Outcome {
+                lower_bound: out.lower_bound.or(lower_bound),
+                ..out
+            });
         }
     }
     Ok(match best {
@@ -381,9 +462,57 @@ pub(crate) fn plan_lp_round(
         },
         None => Outcome {
             plan: None,
-            status: Status::Infeasible,
+            status: if proven_infeasible {
+                Status::Infeasible
+            } else {
+                Status::NoPlanFound
+            },
             lower_bound,
         },
+    })
+}
+
+/// The exact MILP at `budget` until `deadline`, warm-started with `best` when there is one: a
+/// plan cheaper than `best` (or any plan, without it), or the proof that `best` is optimal or that
+/// no plan exists; `None` when it ends with none of these.
+fn exact_polish(
+    graph: &Graph,
+    budget: u64,
+    options: &SolveOptions,
+    deadline: Instant,
+    best: Option<&Judged>,
+) -> Result<Option<Outcome>> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Ok(None);
+    }
+    let mut opts = options.clone();
+    opts.time_limit = Some(left);
+    let incumbent = best.map(|b| crate::milp::Incumbent {
+        schedule: b.schedule.clone(),
+        plan: b.plan.clone(),
+        cost: b.cost,
+    });
+    let res = crate::milp::solve_milp(graph, budget, &opts, incumbent, None)?;
+    tracing::debug!(status = ?res.status, cost = ?res.best.as_ref().map(|b| b.cost), "lp-round: exact polish");
+    let improved = |c: f64| best.map_or(true, |b| c < b.cost);
+    Ok(match (res.status, res.best) {
+        (run::RunStatus::Optimal, Some(b)) => Some(Outcome {
+            lower_bound: Some(b.cost),
+            plan: Some(b.plan),
+            status: Status::Optimal,
+        }),
+        (_, Some(b)) if improved(b.cost) => Some(Outcome {
+            lower_bound: res.lower_bound.map(|l| l.min(b.cost)),
+            plan: Some(b.plan),
+            status: Status::Feasible,
+        }),
+        (run::RunStatus::Infeasible, None) => Some(Outcome {
+            plan: None,
+            status: Status::Infeasible,
+            lower_bound: None,
+        }),
+        _ => None,
     })
 }
 
@@ -398,13 +527,16 @@ fn without_unused_keeps(graph: &Graph, j: Judged, budget: u64) -> Judged {
     }
 }
 
-/// Fixes every keep that the LP solution `x` (of `model`, at `budget`) sets to 0 or 1, makes the
-/// other keeps and the computes binary, and solves that MILP within `limit`. `None` when it finds
-/// nothing (the fixing can make it infeasible).
+/// Fixes every keep that the LP solution `x` (of `model`, at `budget`) sets to 0 or 1 (and, given
+/// `agree`, that plan's keeps, to the keeps on which both agree: RINS), makes the other keeps and
+/// the computes binary, and solves that MILP within `limit`. `None` when it finds nothing (the
+/// fixing without `agree` can make it infeasible).
+#[allow(clippy::too_many_arguments)]
 fn fix_and_solve(
     graph: &Graph,
     mut model: Model,
     x: &[f64],
+    agree: Option<&[FixedBitSet]>,
     budget: u64,
     options: &SolveOptions,
     limit: Duration,
@@ -415,12 +547,13 @@ fn fix_and_solve(
     for c in 0..model.num_cols() {
         match model.col_kind[c] {
             ColKind::R(..) => model.col_int[c] = true,
-            ColKind::S(..) => {
+            ColKind::S(t, i) => {
                 model.col_int[c] = true;
                 let v = x[c];
-                if v <= 1e-6 {
+                let kept = agree.map(|k| k[t as usize].contains(i as usize));
+                if v <= 1e-6 && kept != Some(true) {
                     model.col_hi[c] = 0.0;
-                } else if v >= 1.0 - 1e-6 {
+                } else if v >= 1.0 - 1e-6 && kept != Some(false) {
                     model.col_lo[c] = 1.0;
                 } else {
                     free += 1;
@@ -440,7 +573,7 @@ fn fix_and_solve(
         presolve: true,
     };
     let res = run::run(&model, &opts)?;
-    tracing::debug!(free, status = ?res.status, objective = ?res.objective, "fixed-keep MILP");
+    tracing::debug!(free, rins = agree.is_some(), status = ?res.status, objective = ?res.objective, "fixed-keep MILP");
     let Some(x) = res.x else {
         return Ok(None);
     };

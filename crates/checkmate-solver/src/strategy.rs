@@ -14,19 +14,22 @@ pub enum Status {
     Optimal,
     /// Within budget, not proven optimal.
     Feasible,
-    /// No plan within budget exists, or none was found.
+    /// Proven: no plan within budget exists.
     Infeasible,
+    /// The strategy found no plan within budget, and none is proven impossible.
+    NoPlanFound,
     /// The time limit passed before any plan was found.
     Timeout,
 }
 
 impl Status {
-    /// `optimal`, `feasible`, `infeasible` or `timeout`.
+    /// `optimal`, `feasible`, `infeasible`, `no-plan-found` or `timeout`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Optimal => "optimal",
             Status::Feasible => "feasible",
             Status::Infeasible => "infeasible",
+            Status::NoPlanFound => "no-plan-found",
             Status::Timeout => "timeout",
         }
     }
@@ -147,9 +150,10 @@ impl Solution {
 
 /// Runs `strategy` under an activation budget and judges its plan with the simulator.
 ///
-/// A plan over budget, or no plan, is [`Error::BudgetTooSmall`] naming the least budget the strategy
-/// needs where it can tell (or a proven lower bound), except for a solver time-out, which returns a
-/// solution with status `timeout` and no plan.
+/// No plan within budget is an error: [`Error::BudgetTooSmall`] when that is proven (the budget is
+/// below the proven floor on every plan's peak, or the strategy proved it), else
+/// [`Error::NoPlanFound`]; both name the least budget the strategy needs where it can tell. A
+/// solver time-out instead returns a solution with status `timeout` and no plan.
 pub fn solve(
     graph: &Graph,
     strategy: &dyn Strategy,
@@ -182,13 +186,32 @@ pub fn solve(
         .as_ref()
         .is_some_and(|s| s.peak_bytes <= budget_bytes);
     if !fits && outcome.status != Status::Timeout {
-        return Err(Error::BudgetTooSmall {
-            strategy: name.to_string(),
-            budget_bytes,
-            static_bytes: graph.static_bytes(),
-            least_feasible_bytes: strategy.least_feasible_budget(graph, options)?,
-            proven_lower_bound_bytes: Some(graph.min_feasible_activation_bytes()),
-        });
+        let floor = graph.min_feasible_activation_bytes();
+        // A least budget at or below this one would contradict the failure: never reported.
+        let least_feasible_bytes = strategy
+            .least_feasible_budget(graph, options)?
+            .filter(|&l| l > budget_bytes);
+        let strategy = name.to_string();
+        let static_bytes = graph.static_bytes();
+        return Err(
+            if budget_bytes < floor || outcome.status == Status::Infeasible {
+                Error::BudgetTooSmall {
+                    strategy,
+                    budget_bytes,
+                    static_bytes,
+                    least_feasible_bytes,
+                    proven_lower_bound_bytes: (budget_bytes < floor).then_some(floor),
+                }
+            } else {
+                Error::NoPlanFound {
+                    strategy,
+                    budget_bytes,
+                    static_bytes,
+                    least_feasible_bytes,
+                    proven_floor_bytes: floor,
+                }
+            },
+        );
     }
     tracing::debug!(seconds = solve_seconds, status = %outcome.status, "solved");
     Ok(Solution {

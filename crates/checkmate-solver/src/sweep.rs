@@ -56,8 +56,10 @@ impl Default for SweepOptions {
 pub enum PointStatus {
     /// A plan within budget, as the strategy reported it (optimal, feasible or timeout).
     Solved(Status),
-    /// The strategy has no plan within this budget.
+    /// Proven: no plan of any strategy fits this budget.
     Infeasible,
+    /// The strategy found no plan within this budget (none is proven impossible).
+    NoPlanFound,
     /// The strategy does not apply to the graph (e.g. `griewank` on a non-chain).
     NotApplicable,
     /// The strategy failed (solver error); the message is in [`SweepPoint::error`].
@@ -65,11 +67,13 @@ pub enum PointStatus {
 }
 
 impl PointStatus {
-    /// `optimal`, `feasible`, `timeout`, `infeasible`, `not-applicable` or `failed`.
+    /// `optimal`, `feasible`, `timeout`, `infeasible`, `no-plan-found`, `not-applicable` or
+    /// `failed`.
     pub fn as_str(self) -> &'static str {
         match self {
             PointStatus::Solved(s) => s.as_str(),
             PointStatus::Infeasible => "infeasible",
+            PointStatus::NoPlanFound => "no-plan-found",
             PointStatus::NotApplicable => "not-applicable",
             PointStatus::Failed => "failed",
         }
@@ -276,6 +280,7 @@ fn run_point(
         Err(e) => {
             p.status = match e {
                 Error::BudgetTooSmall { .. } => PointStatus::Infeasible,
+                Error::NoPlanFound { .. } => PointStatus::NoPlanFound,
                 Error::NotApplicable { .. } => PointStatus::NotApplicable,
                 _ => {
                     tracing::warn!(strategy = strategy.name(), budget_bytes, error = %e, "point failed");

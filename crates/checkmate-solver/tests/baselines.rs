@@ -95,8 +95,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// Every baseline's plan is valid and within budget whenever `solve` succeeds; below its least
-    /// feasible budget it fails with `BudgetTooSmall` naming that budget, and at that budget it
-    /// succeeds.
+    /// feasible budget it fails with `NoPlanFound` naming that budget (a baseline proves nothing),
+    /// and at that budget it succeeds.
     #[test]
     fn baselines_are_valid_and_within_budget((g, frac) in graph_strategy()) {
         let opts = SolveOptions::default();
@@ -124,7 +124,7 @@ proptest! {
                     prop_assert!(sim.cost >= g.total_cost() - 1e-9);
                     prop_assert!(budget >= least);
                 }
-                Err(Error::BudgetTooSmall { least_feasible_bytes, .. }) => {
+                Err(Error::NoPlanFound { least_feasible_bytes, .. }) => {
                     prop_assert!(budget < least, "{}: refused {} although {} works", name, budget, least);
                     prop_assert_eq!(least_feasible_bytes, Some(least));
                 }
@@ -133,7 +133,11 @@ proptest! {
             if least > 0 {
                 let err = solve(&g, s.as_ref(), least - 1, &opts).unwrap_err();
                 match err {
-                    Error::BudgetTooSmall { least_feasible_bytes, .. } => {
+                    // Below the proven floor it is proven infeasible, above it only not found.
+                    Error::BudgetTooSmall { least_feasible_bytes, .. } if least - 1 < lo => {
+                        prop_assert_eq!(least_feasible_bytes, Some(least));
+                    }
+                    Error::NoPlanFound { least_feasible_bytes, .. } if least - 1 >= lo => {
                         prop_assert_eq!(least_feasible_bytes, Some(least));
                     }
                     e => panic!("{name}: {e}"),
@@ -277,7 +281,7 @@ fn sweep_on_vgg16_marks_infeasible_points_and_is_monotone() {
     for (b, &budget) in result.budgets.iter().enumerate() {
         let all = result.point(b, "checkpoint-all").unwrap();
         if budget < result.checkpoint_all_peak {
-            assert_eq!(all.status, PointStatus::Infeasible);
+            assert_eq!(all.status, PointStatus::NoPlanFound);
             assert!(all.cost.is_none());
         } else {
             assert_eq!(all.overhead, Some(0.0));

@@ -104,16 +104,19 @@ fn a_budget_below_the_strategy_needs_names_the_least_that_works() {
     let peak = CheckpointAll::peak_bytes(&g);
     let all = strategy_by_name("checkpoint-all").unwrap();
     let err = solve(&g, all.as_ref(), peak - 1, &SolveOptions::default()).unwrap_err();
+    // Above the proven floor, a baseline's failure is "no plan found", not a proof.
     match &err {
-        Error::BudgetTooSmall {
+        Error::NoPlanFound {
             least_feasible_bytes,
             budget_bytes,
+            proven_floor_bytes,
             ..
         } => {
             assert_eq!(*least_feasible_bytes, Some(peak));
             assert_eq!(*budget_bytes, peak - 1);
+            assert!(*proven_floor_bytes <= peak - 1);
         }
-        other => panic!("expected BudgetTooSmall, got {other}"),
+        other => panic!("expected NoPlanFound, got {other}"),
     }
     let msg = err.to_string();
     assert!(

@@ -252,7 +252,11 @@ proptest! {
                     let opt = opt.expect("a strategy fits, so milp must");
                     prop_assert!(opt <= cost + 1e-9, "{name} costs {cost} < milp {opt}");
                 }
-                Err(Error::BudgetTooSmall { .. }) | Err(Error::NotApplicable { .. }) => {}
+                // A proof of infeasibility where milp has a plan would be wrong.
+                Err(Error::BudgetTooSmall { .. }) => prop_assert!(opt.is_none(), "{name} says infeasible, milp has a plan"),
+                // lp-round must find a plan wherever milp does; a baseline may not.
+                Err(Error::NoPlanFound { .. }) => prop_assert!(opt.is_none() || name != "lp-round", "lp-round found no plan, milp did"),
+                Err(Error::NotApplicable { .. }) => {}
                 Err(e) => return Err(TestCaseError::fail(format!("{name}: {e}"))),
             }
         }

@@ -174,7 +174,7 @@ pub(crate) fn best_within(graph: &Graph, candidates: &[Evaluated], budget: u64) 
         },
         None => Outcome {
             plan: None,
-            status: Status::Infeasible,
+            status: Status::NoPlanFound,
             lower_bound: None,
         },
     }

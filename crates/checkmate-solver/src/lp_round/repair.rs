@@ -59,8 +59,9 @@ fn peak_step(graph: &Graph, cur: &Judged) -> Option<usize> {
     Some(sim.peak_step)
 }
 
-/// Greedily drops keeps live at the peak until the plan fits `budget`: each round tries every
-/// keep run around the peak (whole, before or after the peak stage) and takes the cheapest move
+/// Greedily changes keeps around the peak until the plan fits `budget`: each round tries dropping
+/// every keep run live at the peak (whole, before or after the peak stage) and keeping each tensor
+/// that the peak stage recomputes from its previous compute instead, and takes the cheapest move
 /// that fits, else the one that removes the most excess memory per unit of extra cost.
 pub(crate) fn repair(
     graph: &Graph,
@@ -88,15 +89,31 @@ pub(crate) fn repair(
         }
         moves.sort_unstable();
         moves.dedup();
+        // A peak inside a stage can also come from what the stage recomputes (a chain of
+        // ancestors live together): keeping a recomputed tensor from its previous compute
+        // instead removes that recomputation (and the ancestors it needed) from the stage.
+        let mut adds: Vec<(usize, usize, usize)> = Vec::new();
+        for i in cur.schedule.computes(t).ones().filter(|&i| i < t) {
+            if cur.schedule.keeps(t).contains(i) {
+                continue;
+            }
+            if let Some(a) = (0..t).rev().find(|&a| cur.schedule.computes(a).contains(i)) {
+                adds.push((i, a + 1, t));
+            }
+        }
         let mut best_fit: Option<Judged> = None;
         let mut best_ratio: Option<(f64, Judged)> = None;
-        for (i, a, b) in moves {
+        let candidates = moves
+            .into_iter()
+            .map(|m| (m, false))
+            .chain(adds.into_iter().map(|m| (m, true)));
+        for ((i, a, b), add) in candidates {
             if Instant::now() >= deadline {
                 break;
             }
             let mut keeps = cur.keeps.clone();
             for row in &mut keeps[a..=b] {
-                row.set(i, false);
+                row.set(i, add);
             }
             let Some(j) = Judged::of(graph, keeps, budget) else {
                 continue;
@@ -128,7 +145,23 @@ pub(crate) fn repair(
 /// Local search from a plan within budget: for every recomputation of a tensor, try keeping the
 /// tensor from its previous compute instead; accept a move when it is cheaper and still fits.
 /// Repeats until no move helps or the deadline passes.
-pub(crate) fn improve(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant) -> Judged {
+pub(crate) fn improve(graph: &Graph, cur: Judged, budget: u64, deadline: Instant) -> Judged {
+    search(graph, cur, budget, deadline, false)
+}
+
+/// [`improve`] with swaps: a move that goes over budget is repaired (keeps dropped elsewhere) and
+/// accepted when the result is cheaper. Each move then costs a repair, so it runs from the best
+/// plan only.
+pub(crate) fn improve_with_swaps(
+    graph: &Graph,
+    cur: Judged,
+    budget: u64,
+    deadline: Instant,
+) -> Judged {
+    search(graph, cur, budget, deadline, true)
+}
+
+fn search(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant, swap: bool) -> Judged {
     let n = graph.len();
     loop {
         let mut improved = false;
@@ -148,11 +181,19 @@ pub(crate) fn improve(graph: &Graph, mut cur: Judged, budget: u64, deadline: Ins
                 for row in &mut keeps[a + 1..=t] {
                     row.insert(i);
                 }
-                if let Some(j) = Judged::of(graph, keeps, budget) {
-                    if j.peak <= budget && j.cost < cur.cost - 1e-12 * (1.0 + cur.cost.abs()) {
-                        cur = j;
-                        improved = true;
+                let Some(mut j) = Judged::of(graph, keeps, budget) else {
+                    continue;
+                };
+                if j.peak > budget && swap {
+                    // Over budget: let repair make room elsewhere (a swap of keeps).
+                    match repair(graph, j, budget, deadline) {
+                        Some(r) => j = r,
+                        None => continue,
                     }
+                }
+                if j.peak <= budget && j.cost < cur.cost - 1e-12 * (1.0 + cur.cost.abs()) {
+                    cur = j;
+                    improved = true;
                 }
             }
         }

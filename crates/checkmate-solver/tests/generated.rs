@@ -1,0 +1,157 @@
+//! Properties on graphs nobody tuned the solver to: our own random layered DAGs (the family of
+//! Moccasin's benchmark, at the size where `lp-round` once called feasible budgets infeasible).
+//!
+//! At budgets between the proven floor and the checkpoint-all peak:
+//! - `lp-round` returns a plan wherever `milp` finds one;
+//! - no error names a least budget at or below the budget it refuses, and "no plan found" is
+//!   never reported as "infeasible" below a plan `milp` found.
+//!
+//! The graphs where lp-round used to fail are kept as data in `tests/data/generated/`
+//! (`cases.json`), each with its proven optimum: lp-round must now be within 5% of it.
+
+use std::time::Duration;
+
+use checkmate_graph::generate::{random_layered, LayeredParams};
+use checkmate_graph::Graph;
+use checkmate_solver::baselines::CheckpointAll;
+use checkmate_solver::{solve, strategy_by_name, Error, Solution, SolveOptions};
+
+fn options(limit: f64) -> SolveOptions {
+    SolveOptions {
+        time_limit: Some(Duration::from_secs_f64(limit)),
+        threads: 1,
+        ..SolveOptions::default()
+    }
+}
+
+/// A random layered DAG of 20 to 36 nodes (up to about 12 levels), the family of the report of
+/// issue 24 (its graphs had about 40 nodes; the MILP proofs on these stay within seconds).
+fn small_layered(seed: u64) -> Graph {
+    let nodes = 20 + (seed as usize * 7) % 17;
+    random_layered(&LayeredParams::moccasin(nodes, 0.27), seed).expect("valid parameters")
+}
+
+/// Budgets a quarter, half and three quarters of the way from the floor to checkpoint-all's peak.
+fn budgets(g: &Graph) -> Vec<u64> {
+    let floor = g.min_feasible_activation_bytes();
+    let all = CheckpointAll::peak_bytes(g);
+    [0.25, 0.5, 0.75]
+        .iter()
+        .map(|f| floor + ((all - floor) as f64 * f) as u64)
+        .collect()
+}
+
+/// Checks an error's figures against the budget it refuses.
+fn check_error(e: &Error, budget: u64, what: &str) {
+    match e {
+        Error::BudgetTooSmall {
+            least_feasible_bytes,
+            proven_lower_bound_bytes,
+            ..
+        } => {
+            assert!(
+                least_feasible_bytes.map_or(true, |l| l > budget),
+                "{what}: {e}"
+            );
+            assert!(
+                proven_lower_bound_bytes.map_or(true, |l| l > budget),
+                "{what}: {e}"
+            );
+        }
+        Error::NoPlanFound {
+            least_feasible_bytes,
+            proven_floor_bytes,
+            ..
+        } => {
+            assert!(
+                least_feasible_bytes.map_or(true, |l| l > budget),
+                "{what}: {e}"
+            );
+            assert!(*proven_floor_bytes <= budget, "{what}: {e}");
+        }
+        other => panic!("{what}: unexpected error {other}"),
+    }
+}
+
+fn run(g: &Graph, name: &str, budget: u64, limit: f64) -> Result<Solution, Error> {
+    let s = strategy_by_name(name).unwrap();
+    solve(g, s.as_ref(), budget, &options(limit))
+}
+
+/// lp-round finds a plan wherever milp does, and says "infeasible" only with a proof.
+fn lp_round_matches_milp(g: &Graph, what: &str) -> (usize, f64) {
+    let (mut compared, mut worst) = (0usize, 1.0f64);
+    for budget in budgets(g) {
+        let what = format!("{what} at {budget}");
+        let milp = run(g, "milp", budget, 20.0);
+        let lp = run(g, "lp-round", budget, 8.0);
+        if let Err(e) = &milp {
+            check_error(e, budget, &what);
+        }
+        if let Err(e) = &lp {
+            check_error(e, budget, &what);
+        }
+        match (&milp, &lp) {
+            (Ok(m), Ok(l)) => {
+                if let (Some(mc), Some(lc)) = (m.cost(), l.cost()) {
+                    compared += 1;
+                    worst = worst.max(lc / mc);
+                }
+            }
+            (Ok(m), Err(e)) if m.plan.is_some() => {
+                panic!(
+                    "{what}: milp found a plan (cost {:?}), lp-round: {e}",
+                    m.cost()
+                )
+            }
+            (Err(Error::BudgetTooSmall { .. }), Ok(l)) if l.plan.is_some() => {
+                panic!("{what}: milp says infeasible, lp-round has a plan")
+            }
+            _ => {}
+        }
+    }
+    (compared, worst)
+}
+
+#[test]
+fn lp_round_finds_a_plan_wherever_milp_does_on_generated_graphs() {
+    let mut compared = 0;
+    let mut worst = 1.0f64;
+    for seed in 100..110 {
+        let g = small_layered(seed);
+        let (c, w) = lp_round_matches_milp(&g, &format!("seed {seed} ({} nodes)", g.len()));
+        compared += c;
+        worst = worst.max(w);
+    }
+    assert!(compared >= 20, "only {compared} budgets compared");
+    assert!(worst <= 1.05, "lp-round / milp worst {worst:.3}");
+}
+
+#[test]
+fn lp_round_is_within_five_percent_where_it_once_failed() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/generated");
+    let text = std::fs::read_to_string(format!("{dir}/cases.json")).unwrap();
+    let cases: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let cases = cases["cases"].as_array().unwrap();
+    assert!(cases.len() >= 5);
+    for case in cases {
+        let file = case["graph"].as_str().unwrap();
+        let g = Graph::read(format!("{dir}/{file}")).unwrap();
+        let budget = case["budget_bytes"].as_u64().unwrap();
+        let optimum = case["optimal_cost"].as_f64().unwrap();
+        // lp-round's default time limit for graphs of this size (0.25 s per node, at least 8 s).
+        let limit = (g.len() as f64 * 0.25).max(8.0);
+        let sol = run(&g, "lp-round", budget, limit)
+            .unwrap_or_else(|e| panic!("{file} at {budget}: {e}"));
+        let cost = sol.cost().unwrap();
+        assert!(
+            cost >= optimum - 1e-6,
+            "{file}: {cost} below the proven optimum"
+        );
+        assert!(
+            cost <= 1.05 * optimum,
+            "{file} at {budget}: lp-round {cost} vs optimum {optimum} ({:.3}x)",
+            cost / optimum
+        );
+    }
+}
