@@ -134,10 +134,10 @@ proptest! {
                 let err = solve(&g, s.as_ref(), least - 1, &opts).unwrap_err();
                 match err {
                     // Below the proven floor it is proven infeasible, above it only not found.
-                    Error::BudgetTooSmall { least_feasible_bytes, .. } if least - 1 < lo => {
+                    Error::BudgetTooSmall { least_feasible_bytes, .. } if least <= lo => {
                         prop_assert_eq!(least_feasible_bytes, Some(least));
                     }
-                    Error::NoPlanFound { least_feasible_bytes, .. } if least - 1 >= lo => {
+                    Error::NoPlanFound { least_feasible_bytes, .. } if least > lo => {
                         prop_assert_eq!(least_feasible_bytes, Some(least));
                     }
                     e => panic!("{name}: {e}"),
