@@ -23,33 +23,31 @@ pub enum Missing {
     Libclang,
 }
 
+/// What a prerequisite is, and its package on Debian/Ubuntu, Fedora and Arch.
+struct Names {
+    what: &'static str,
+    debian: &'static str,
+    fedora: &'static str,
+    arch: &'static str,
+}
+
 impl Missing {
-    fn what(self) -> &'static str {
-        match self {
-            Missing::Cmake => "cmake",
-            Missing::Cxx => "a C++ compiler",
-            Missing::Libclang => "libclang (for bindgen; libclang-cpp is not it)",
-        }
-    }
-    fn debian(self) -> &'static str {
-        match self {
-            Missing::Cmake => "cmake",
-            Missing::Cxx => "g++",
-            Missing::Libclang => "libclang-dev",
-        }
-    }
-    fn fedora(self) -> &'static str {
-        match self {
-            Missing::Cmake => "cmake",
-            Missing::Cxx => "gcc-c++",
-            Missing::Libclang => "clang-devel",
-        }
-    }
-    fn arch(self) -> &'static str {
-        match self {
-            Missing::Cmake => "cmake",
-            Missing::Cxx => "gcc",
-            Missing::Libclang => "clang",
+    fn names(self) -> Names {
+        let (what, debian, fedora, arch) = match self {
+            Missing::Cmake => ("cmake", "cmake", "cmake", "cmake"),
+            Missing::Cxx => ("a C++ compiler", "g++", "gcc-c++", "gcc"),
+            Missing::Libclang => (
+                "libclang (for bindgen; libclang-cpp is not it)",
+                "libclang-dev",
+                "clang-devel",
+                "clang",
+            ),
+        };
+        Names {
+            what,
+            debian,
+            fedora,
+            arch,
         }
     }
 }
@@ -80,7 +78,7 @@ pub fn ensure() -> Result<(), String> {
     if need.is_empty() {
         return Ok(());
     }
-    let packages: Vec<&str> = need.iter().map(|m| m.debian()).collect();
+    let packages: Vec<&str> = need.iter().map(|m| m.names().debian).collect();
     let prefix = match apt_privilege() {
         Ok(prefix) => prefix,
         Err(why) => return Err(message(&need, why)),
@@ -108,21 +106,28 @@ pub fn ensure() -> Result<(), String> {
 }
 
 fn describe(need: &[Missing]) -> String {
-    need.iter().map(|m| m.what()).collect::<Vec<_>>().join(", ")
+    need.iter()
+        .map(|m| m.names().what)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The one line: what is missing, the Debian/Ubuntu command, and the package names elsewhere.
 pub fn message(need: &[Missing], why: &str) -> String {
-    let join =
-        |f: fn(Missing) -> &'static str| need.iter().map(|&m| f(m)).collect::<Vec<_>>().join(" ");
+    let join = |f: fn(&Names) -> &'static str| {
+        need.iter()
+            .map(|m| f(&m.names()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     format!(
         "missing build prerequisites: {} ({why}); install with `sudo apt-get install -y {}` on \
          Debian/Ubuntu (Fedora: dnf install {}; Arch: pacman -S {}; or point LIBCLANG_PATH at a \
          directory holding libclang.so), then run the command again",
         describe(need),
-        join(Missing::debian),
-        join(Missing::fedora),
-        join(Missing::arch),
+        join(|n| n.debian),
+        join(|n| n.fedora),
+        join(|n| n.arch),
     )
 }
 

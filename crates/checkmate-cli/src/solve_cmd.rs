@@ -45,34 +45,36 @@ pub fn run(args: SolveArgs) -> Result<()> {
         Err(e) => {
             if args.json {
                 use checkmate_solver::Error as E;
-                let (status, least) = match &e {
+                // (status, the strategy's least budget, the proven floor), activation bytes.
+                let (status, least, proven_floor) = match &e {
                     E::BudgetTooSmall {
                         least_feasible_bytes,
-                        ..
-                    } => ("infeasible", *least_feasible_bytes),
-                    E::NoPlanFound {
-                        least_feasible_bytes,
-                        ..
-                    } => ("no-plan-found", *least_feasible_bytes),
-                    E::BelowStatic { .. } => ("infeasible", None),
-                    _ => ("error", None),
-                };
-                let proven_floor = match &e {
-                    E::BudgetTooSmall {
                         proven_lower_bound_bytes,
                         ..
-                    } => proven_lower_bound_bytes.map(|b| b + graph.static_bytes()),
+                    } => (
+                        "infeasible",
+                        *least_feasible_bytes,
+                        *proven_lower_bound_bytes,
+                    ),
                     E::NoPlanFound {
-                        proven_floor_bytes, ..
-                    } => Some(proven_floor_bytes + graph.static_bytes()),
-                    _ => None,
+                        least_feasible_bytes,
+                        proven_floor_bytes,
+                        ..
+                    } => (
+                        "no-plan-found",
+                        *least_feasible_bytes,
+                        Some(*proven_floor_bytes),
+                    ),
+                    E::BelowStatic { .. } => ("infeasible", None, None),
+                    _ => ("error", None, None),
                 };
+                let total = |b: Option<u64>| b.map(|b| b + graph.static_bytes());
                 print_json(&json!({
                     "strategy": args.strategy,
                     "status": status,
                     "error": e.to_string(),
-                    "least_feasible_budget_bytes": least.map(|l| l + graph.static_bytes()),
-                    "proven_lower_bound_bytes": proven_floor,
+                    "least_feasible_budget_bytes": total(least),
+                    "proven_lower_bound_bytes": total(proven_floor),
                     "budget_bytes": budget.total_bytes,
                     "cost": null, "lower_bound": null, "peak_bytes": null,
                 }));

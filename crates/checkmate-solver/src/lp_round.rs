@@ -353,19 +353,18 @@ pub(crate) fn plan_lp_round(
         starts = fits.len().min(SEARCH_STARTS),
         "local search"
     );
-    let mut best: Option<Judged> = None;
     let mut optima: Vec<Judged> = Vec::new();
     for start in fits.into_iter().take(SEARCH_STARTS) {
-        if best.is_some() && Instant::now() >= deadline {
+        if !optima.is_empty() && Instant::now() >= deadline {
             break;
         }
         let b = repair::improve(graph, start, budget_bytes, deadline);
-        let b = without_unused_keeps(graph, b, budget_bytes);
-        if best.as_ref().map_or(true, |x| b.cost < x.cost) {
-            best = Some(b.clone());
-        }
-        optima.push(b);
+        optima.push(without_unused_keeps(graph, b, budget_bytes));
     }
+    let mut best = cheapest(&optima).cloned();
+    // Whether `b` is proven optimal (within the MIP gap) by the LP bound: nothing left to gain.
+    let settled =
+        |b: &Judged| lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap));
     // Swaps from the distinct local optima, cheapest first: keep a recomputed tensor and repair
     // the excess elsewhere (a third of the time left in all; on random layered graphs at tight
     // budgets the repaired plans were 10-30% above the optimum, and the LP too weak to guide the
@@ -395,10 +394,7 @@ pub(crate) fn plan_lp_round(
     if let Some((model, x)) = full_lp.as_ref().filter(|_| fix) {
         for (rins, share) in [(false, 0.6), (true, 0.3)] {
             let left = deadline.saturating_duration_since(Instant::now());
-            let settled = best.as_ref().is_some_and(|b| {
-                lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
-            });
-            if left.is_zero() || settled || rins != best.is_some() {
+            if left.is_zero() || best.as_ref().is_some_and(settled) || rins != best.is_some() {
                 continue;
             }
             let warm_start = best
@@ -430,9 +426,7 @@ pub(crate) fn plan_lp_round(
         && with_lp
         && !proven_infeasible
         && budget_bytes >= graph.min_feasible_activation_bytes()
-        && !best.as_ref().is_some_and(|b| {
-            lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
-        })
+        && !best.as_ref().is_some_and(settled)
     {
         // Without a plan and without a limit from the caller, the exact MILP may run past the
         // default limit (to 4 times it, 30 to 120 s): "no plan found" is the worst answer, and

@@ -150,8 +150,8 @@ pub(crate) fn improve(graph: &Graph, cur: Judged, budget: u64, deadline: Instant
 }
 
 /// [`improve`] with swaps: a move that goes over budget is repaired (keeps dropped elsewhere) and
-/// accepted when the result is cheaper. Each move then costs a repair, so it runs from the best
-/// plan only.
+/// accepted when the result is cheaper. Each move then costs a repair, so lp-round gives it a
+/// share of its time and runs it from the distinct local optima of [`improve`], cheapest first.
 pub(crate) fn improve_with_swaps(
     graph: &Graph,
     cur: Judged,
