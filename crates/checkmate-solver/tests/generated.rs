@@ -9,12 +9,23 @@
 //! The graphs where lp-round used to fail are kept as data in `tests/data/generated/`
 //! (`cases.json`), each with its proven optimum: lp-round must now be within 5% of it.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use checkmate_graph::generate::{random_layered, LayeredParams};
 use checkmate_graph::Graph;
 use checkmate_solver::baselines::CheckpointAll;
 use checkmate_solver::{solve, strategy_by_name, Error, Solution, SolveOptions};
+
+/// HiGHS runs one solve at a time per process (`milp::run`'s lock): the tests of this file would
+/// otherwise wait for each other's solves inside their own time limits (on CI, lp-round spent part
+/// of its 11 s on `layered_n44_s11` waiting for the other test's 20 s `milp`, and missed 5%).
+/// Each test holds this lock for its whole run.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn options(limit: f64) -> SolveOptions {
     SolveOptions {
@@ -115,6 +126,7 @@ fn lp_round_matches_milp(g: &Graph, what: &str) -> (usize, f64) {
 
 #[test]
 fn lp_round_finds_a_plan_wherever_milp_does_on_generated_graphs() {
+    let _serial = serial();
     let mut compared = 0;
     let mut worst = 1.0f64;
     for seed in 100..110 {
@@ -129,6 +141,7 @@ fn lp_round_finds_a_plan_wherever_milp_does_on_generated_graphs() {
 
 #[test]
 fn lp_round_is_within_five_percent_where_it_once_failed() {
+    let _serial = serial();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/generated");
     let text = std::fs::read_to_string(format!("{dir}/cases.json")).unwrap();
     let cases: serde_json::Value = serde_json::from_str(&text).unwrap();
