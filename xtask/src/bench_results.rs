@@ -1029,7 +1029,12 @@ fn render_frontiers(md: &mut String, f: Option<&Value>) -> Result<()> {
         md,
         "Compute overhead (plan cost / checkpoint-all cost - 1) versus activation budget, one line \
          per strategy, drawn by `checkmate sweep --svg` in the run of section 1 (strategies: {}). \
-         A missing point means the strategy had no plan within that budget.\n",
+         A missing point means the strategy had no plan within that budget. No point costs more \
+         than a point of the same strategy with less memory: `milp` and `lp-round` solve the \
+         budgets in ascending order, each starting from the plan of the budget below, and any \
+         strategy's point that is costlier than a smaller budget's takes that plan (`^` in the \
+         tables). Filled markers are proven optimal, hollow ones are not; in the tables, \
+         `(not proven)` marks the `milp` and `lp-round` points without a proof.\n",
         f["strategies"].as_str().unwrap_or("?")
     )?;
     for g in f["graphs"].as_array().into_iter().flatten() {
@@ -1042,10 +1047,16 @@ fn render_frontiers(md: &mut String, f: Option<&Value>) -> Result<()> {
             )?;
             continue;
         };
+        let least = sw["least_feasible_bytes"].as_u64();
+        let proven = sw["strategies"].as_array().is_some_and(|a| {
+            a.iter()
+                .any(|s| s["least_feasible_bytes"].as_u64() == least && s["least_proven"] == true)
+        });
         writeln!(
             md,
-            "### {name}\n\nleast feasible activation budget {}, checkpoint-all peak {}, sweep {:.0} s\n\n![{name} frontier]({})\n",
-            gib(sw["least_feasible_bytes"].as_f64().unwrap_or(0.0)),
+            "### {name}\n\nleast feasible activation budget {}{}, checkpoint-all peak {}, sweep {:.0} s\n\n![{name} frontier]({})\n",
+            gib(least.unwrap_or(0) as f64),
+            if proven { " (proven)" } else { " (a plan exists there; not proven least)" },
             gib(sw["checkpoint_all_peak_bytes"].as_f64().unwrap_or(0.0)),
             sw["seconds"].as_f64().unwrap_or(0.0),
             g["svg"].as_str().unwrap_or("")
@@ -1063,6 +1074,15 @@ fn render_frontiers(md: &mut String, f: Option<&Value>) -> Result<()> {
                     .collect()
             })
             .unwrap_or_default();
+        let proving: Vec<String> = sw["strategies"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|s| s["proves_optimality"].as_bool() == Some(true))
+                    .filter_map(|s| s["name"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
         write!(md, "| budget |")?;
         for st in &strategies {
             write!(md, " {st} |")?;
@@ -1075,16 +1095,17 @@ fn render_frontiers(md: &mut String, f: Option<&Value>) -> Result<()> {
                 let p = points
                     .iter()
                     .find(|p| p["budget_bytes"].as_u64() == Some(b) && p["strategy"] == **st);
+                let carried = p.is_some_and(|p| !p["carried_from_bytes"].is_null());
+                let mark = if carried { "^" } else { "" };
                 let cell = match p {
                     None => "?".to_string(),
                     Some(p) => match (p["overhead"].as_f64(), p["status"].as_str()) {
-                        (Some(o), Some("feasible")) if st == "milp" => {
-                            format!("{:+.1}% (not proven)", 100.0 * o)
+                        (Some(o), Some("optimal")) => format!("{:+.1}%{mark}", 100.0 * o),
+                        (Some(o), Some(_)) if proving.contains(st) => {
+                            format!("{:+.1}%{mark} (not proven)", 100.0 * o)
                         }
-                        (Some(o), Some("optimal") | Some("feasible") | None) => {
-                            format!("{:+.1}%", 100.0 * o)
-                        }
-                        (Some(o), Some(st)) => format!("{:+.1}% ({st})", 100.0 * o),
+                        (Some(o), Some("feasible") | None) => format!("{:+.1}%{mark}", 100.0 * o),
+                        (Some(o), Some(st)) => format!("{:+.1}%{mark} ({st})", 100.0 * o),
                         (None, Some("infeasible")) => "-".into(),
                         (None, Some(st)) => st.to_string(),
                         (None, None) => "?".into(),

@@ -215,6 +215,7 @@ impl SolverArgs {
             },
             warm_start: !self.no_warm_start,
             seed,
+            incumbents: Vec::new(),
         })
     }
 }

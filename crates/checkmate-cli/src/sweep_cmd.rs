@@ -121,6 +121,7 @@ fn to_json(s: &Sweep) -> serde_json::Value {
         "strategies": s.bounds.iter().map(|b| json!({
             "name": b.strategy,
             "least_feasible_bytes": b.least_feasible_bytes,
+            "proves_optimality": b.proves_optimality,
         })).collect::<Vec<_>>(),
         "budgets": s.budgets,
         "points": s.points.iter().map(|p| json!({
@@ -133,16 +134,29 @@ fn to_json(s: &Sweep) -> serde_json::Value {
             "peak_bytes": p.peak_bytes,
             "seconds": p.seconds,
             "error": p.error,
+            "lower_bound": p.lower_bound,
+            "proven_optimal": p.proven_optimal(),
+            "carried_from_bytes": p.carried_from,
         })).collect::<Vec<_>>(),
     })
 }
 
-/// One table cell: the overhead, or why there is none.
-fn cell(p: Option<&SweepPoint>) -> String {
+/// One table cell: the overhead, or why there is none; `*`: not proven optimal (strategies that
+/// can prove it, `proves`), `^`: the plan of a smaller budget.
+fn cell(p: Option<&SweepPoint>, proves: bool) -> String {
     match p {
         None => "?".into(),
         Some(p) => match (p.status, p.overhead) {
-            (PointStatus::Solved(_), Some(o)) => format!("{:+.1}%", 100.0 * o),
+            (PointStatus::Solved(_), Some(o)) => format!(
+                "{:+.1}%{}{}",
+                100.0 * o,
+                if p.carried_from.is_some() { "^" } else { "" },
+                if proves && !p.proven_optimal() {
+                    "*"
+                } else {
+                    ""
+                }
+            ),
             (PointStatus::Solved(st), None) => st.as_str().into(),
             (PointStatus::Infeasible | PointStatus::NoPlanFound, _) => "-".into(),
             (PointStatus::NotApplicable, _) => "n/a".into(),
@@ -161,6 +175,20 @@ fn print_table(s: &Sweep) {
         format_bytes(s.least_feasible_bytes)
     );
     println!("compute overhead vs one compute per node ('-': no plan within budget, n/a: not applicable)");
+    let proving: Vec<&str> = s
+        .bounds
+        .iter()
+        .filter(|b| b.proves_optimality)
+        .map(|b| b.strategy.as_str())
+        .collect();
+    if !proving.is_empty() {
+        println!(
+            "{}: proven optimal unless marked '*'; '^': the plan of a smaller budget (none cheaper found)",
+            proving.join(", ")
+        );
+    } else {
+        println!("'^': the plan of a smaller budget (none cheaper found)");
+    }
     let names: Vec<&str> = s.bounds.iter().map(|b| b.strategy.as_str()).collect();
     let width = names.iter().map(|n| n.len()).max().unwrap_or(8).max(9);
     let mut header = format!("{:>12} {:>6}", "budget", "%all");
@@ -174,47 +202,78 @@ fn print_table(s: &Sweep) {
             format_bytes(budget),
             100.0 * budget as f64 / s.checkpoint_all_peak.max(1) as f64
         );
-        for n in &names {
-            row.push_str(&format!(" {:>width$}", cell(s.point(b, n))));
+        for bound in &s.bounds {
+            let c = cell(s.point(b, &bound.strategy), bound.proves_optimality);
+            row.push_str(&format!(" {c:>width$}"));
         }
         println!("{row}");
     }
     let mut least = format!("{:>19}", "least feasible");
     for b in &s.bounds {
-        let v = b
-            .least_feasible_bytes
-            .map(format_bytes)
-            .unwrap_or_else(|| "?".into());
+        let v = match b.least_feasible_bytes {
+            Some(l) if b.least_proven => format_bytes(l),
+            Some(l) => format!("{}*", format_bytes(l)),
+            None => "?".into(),
+        };
         least.push_str(&format!(" {v:>width$}"));
     }
     println!("{least}");
+    if s.bounds
+        .iter()
+        .any(|b| b.least_feasible_bytes.is_some() && !b.least_proven)
+    {
+        println!("least feasible '*': a plan exists there, a smaller budget is not ruled out");
+    }
     println!(
         "budgets are activation memory (add static memory for the total); {:.2} s",
         s.seconds
     );
 }
 
-/// Draws overhead (%) versus activation budget (GiB), one line per strategy with a plan somewhere.
+/// The unit the table prints `bytes` in ([`format_bytes`]): its name and size.
+fn byte_unit(bytes: u64) -> (&'static str, f64) {
+    const K: f64 = 1024.0;
+    let x = bytes as f64;
+    if x >= K * K * K {
+        ("GiB", K * K * K)
+    } else if x >= K * K {
+        ("MiB", K * K)
+    } else if x >= K {
+        ("KiB", K)
+    } else {
+        ("B", 1.0)
+    }
+}
+
+/// One point of a drawn series: budget (in the plot's unit), overhead (%), proven optimal.
+type Marker = (f64, f64, bool);
+
+/// Draws overhead (%) versus activation budget (in the unit the table uses for the largest
+/// budget), one line per strategy with a plan somewhere. Filled markers are proven optimal,
+/// hollow ones are not; the legend sits beside the plot, never on the data.
 fn draw_frontier(s: &Sweep, path: &Path) -> Result<()> {
     use plotters::prelude::*;
 
-    const GIB: f64 = (1u64 << 30) as f64;
-    let series: Vec<(String, Vec<(f64, f64)>)> = s
+    let (unit, scale) = byte_unit(s.checkpoint_all_peak);
+    let series: Vec<(String, Vec<Marker>)> = s
         .bounds
         .iter()
         .map(|b| {
-            let pts: Vec<(f64, f64)> = s
+            let pts: Vec<Marker> = s
                 .points
                 .iter()
                 .filter(|p| p.strategy == b.strategy)
-                .filter_map(|p| p.overhead.map(|o| (p.budget_bytes as f64 / GIB, 100.0 * o)))
+                .filter_map(|p| {
+                    p.overhead
+                        .map(|o| (p.budget_bytes as f64 / scale, 100.0 * o, p.proven_optimal()))
+                })
                 .collect();
             (b.strategy.clone(), pts)
         })
         .filter(|(_, pts)| !pts.is_empty())
         .collect();
-    let x_lo = s.budgets.first().copied().unwrap_or(0) as f64 / GIB;
-    let x_hi = s.budgets.last().copied().unwrap_or(0) as f64 / GIB;
+    let x_lo = s.budgets.first().copied().unwrap_or(0) as f64 / scale;
+    let x_hi = s.budgets.last().copied().unwrap_or(0) as f64 / scale;
     let (x_lo, x_hi) = if x_hi > x_lo {
         let pad = 0.03 * (x_hi - x_lo);
         (x_lo - pad, x_hi + pad)
@@ -228,13 +287,16 @@ fn draw_frontier(s: &Sweep, path: &Path) -> Result<()> {
     let y_hi = if y_max > 0.0 { y_max * 1.08 } else { 1.0 };
     let draw_err = |e: &dyn std::fmt::Display| anyhow::anyhow!("drawing the frontier: {e}");
 
-    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    let root = SVGBackend::new(path, (1100, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{}: compute overhead vs activation budget", s.graph),
+    let root = root
+        .titled(
+            &format!("{}: compute overhead vs activation budget", s.graph),
             ("sans-serif", 22),
         )
+        .map_err(|e| draw_err(&e))?;
+    let (plot, side) = root.split_horizontally(860);
+    let mut chart = ChartBuilder::on(&plot)
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(70)
@@ -242,30 +304,61 @@ fn draw_frontier(s: &Sweep, path: &Path) -> Result<()> {
         .map_err(|e| draw_err(&e))?;
     chart
         .configure_mesh()
-        .x_desc("activation budget (GiB)")
+        .x_desc(format!("activation budget ({unit})"))
         .y_desc("compute overhead (%)")
         .draw()
         .map_err(|e| draw_err(&e))?;
+    let font = ("sans-serif", 15).into_font();
     for (k, (name, pts)) in series.iter().enumerate() {
         let color = Palette99::pick(k).to_rgba();
         chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| draw_err(&e))?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .draw_series(LineSeries::new(
+                pts.iter().map(|&(x, y, _)| (x, y)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| draw_err(&e))?;
         chart
-            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .draw_series(pts.iter().map(|&(x, y, proven)| {
+                let style = if proven {
+                    color.filled()
+                } else {
+                    WHITE.filled()
+                };
+                EmptyElement::at((x, y))
+                    + Circle::new((0, 0), 4, style)
+                    + Circle::new((0, 0), 4, color.stroke_width(2))
+            }))
+            .map_err(|e| draw_err(&e))?;
+        // The legend entry, beside the plot.
+        let y = 40 + 26 * k as i32;
+        side.draw(&PathElement::new(
+            vec![(10, y), (40, y)],
+            color.stroke_width(2),
+        ))
+        .map_err(|e| draw_err(&e))?;
+        side.draw(&Circle::new((25, y), 4, color.filled()))
+            .map_err(|e| draw_err(&e))?;
+        side.draw(&Text::new(name.clone(), (48, y - 8), font.clone()))
             .map_err(|e| draw_err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| draw_err(&e))?;
+    let y = 40 + 26 * series.len() as i32 + 14;
+    for (k, (proven, text)) in [(true, "proven optimal"), (false, "not proven optimal")]
+        .into_iter()
+        .enumerate()
+    {
+        let y = y + 24 * k as i32;
+        let style = if proven {
+            BLACK.filled()
+        } else {
+            WHITE.filled()
+        };
+        side.draw(&Circle::new((25, y), 4, style))
+            .map_err(|e| draw_err(&e))?;
+        side.draw(&Circle::new((25, y), 4, BLACK.stroke_width(2)))
+            .map_err(|e| draw_err(&e))?;
+        side.draw(&Text::new(text, (48, y - 8), font.clone()))
+            .map_err(|e| draw_err(&e))?;
+    }
     root.present().map_err(|e| draw_err(&e))?;
     Ok(())
 }

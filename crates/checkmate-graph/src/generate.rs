@@ -223,6 +223,83 @@ pub fn random_layered(params: &LayeredParams, seed: u64) -> Result<Graph> {
     Graph::new(format!("{}_s{seed}", params.name()), "duration", 0, specs)
 }
 
+/// The training graph of a forward-only DAG: `forward` as is, then a loss node that reads every
+/// node nothing reads (its bytes: the smallest forward output, cost: 1), then one backward node
+/// per forward node, in reverse order, that reads what a gradient rule needs: the node's output,
+/// its inputs and the gradients of its consumers (the loss, for the nodes it reads). A backward
+/// node costs twice its forward node and is as large as its output (the gradient of it).
+///
+/// Errors: `forward` has nodes that are not [`NodeKind::Forward`] ([`Error::InvalidField`]).
+pub fn with_backward(forward: &Graph) -> Result<Graph> {
+    let n = forward.len();
+    if let Some(v) = (0..n).find(|&v| forward.node(v).kind != NodeKind::Forward) {
+        return Err(Error::InvalidField {
+            location: format!("graph {}", forward.name()),
+            field: "kind".into(),
+            value: format!("node {} is {:?}", forward.node(v).id, forward.node(v).kind),
+            expected: "forward nodes only (with_backward adds the loss and backward nodes)".into(),
+        });
+    }
+    let loss = n;
+    let grad = |v: usize| n + 1 + (n - 1 - v);
+    let sinks: Vec<usize> = (0..n).filter(|&v| forward.succs(v).is_empty()).collect();
+    let mut specs: Vec<NodeSpec> = forward
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(v, node)| NodeSpec {
+            id: v as u64,
+            name: node.name.clone(),
+            kind: NodeKind::Forward,
+            cost: node.cost,
+            bytes: node.bytes,
+            workspace_bytes: node.workspace_bytes,
+            deps: forward.preds(v).iter().map(|&u| u as u64).collect(),
+        })
+        .collect();
+    specs.push(NodeSpec {
+        id: loss as u64,
+        name: "loss".into(),
+        kind: NodeKind::Loss,
+        cost: 1.0,
+        bytes: forward
+            .nodes()
+            .iter()
+            .map(|x| x.bytes)
+            .min()
+            .unwrap_or(1)
+            .max(1),
+        workspace_bytes: 0,
+        deps: sinks.iter().map(|&v| v as u64).collect(),
+    });
+    for v in (0..n).rev() {
+        let mut deps: Vec<u64> = vec![v as u64];
+        deps.extend(forward.preds(v).iter().map(|&u| u as u64));
+        if forward.succs(v).is_empty() {
+            deps.push(loss as u64);
+        }
+        deps.extend(forward.succs(v).iter().map(|&c| grad(c) as u64));
+        deps.sort_unstable();
+        deps.dedup();
+        let node = forward.node(v);
+        specs.push(NodeSpec {
+            id: grad(v) as u64,
+            name: format!("{}_grad", node.name),
+            kind: NodeKind::Backward,
+            cost: 2.0 * node.cost,
+            bytes: node.bytes,
+            workspace_bytes: 0,
+            deps,
+        });
+    }
+    Graph::new(
+        format!("{}_train", forward.name()),
+        forward.cost_unit(),
+        forward.static_bytes(),
+        specs,
+    )
+}
+
 /// `g` as networkx node-link JSON in the random layered variant Moccasin's files use (`name` as id,
 /// `duration`, `out_cost`, `param_cost`, links keyed `"0"`/`"1"`), which [`Graph::read`] imports.
 pub fn to_layered_node_link(g: &Graph) -> String {
@@ -249,6 +326,26 @@ pub fn to_layered_node_link(g: &Graph) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backward_nodes_read_what_a_gradient_rule_needs() {
+        let f = random_layered(&LayeredParams::moccasin(30, 0.3), 3).unwrap();
+        let g = with_backward(&f).unwrap();
+        let n = f.len();
+        assert_eq!(g.len(), 2 * n + 1);
+        assert_eq!(g.node(n).kind, NodeKind::Loss);
+        for v in 0..n {
+            let b = 2 * n - v;
+            assert_eq!(g.node(b).kind, NodeKind::Backward);
+            let reads = g.preds(b);
+            assert!(reads.contains(&v));
+            assert!(f.preds(v).iter().all(|u| reads.contains(u)));
+            assert!(f.succs(v).iter().all(|&c| reads.contains(&(2 * n - c))));
+            assert_eq!(reads.contains(&n), f.succs(v).is_empty());
+        }
+        // Backward graphs are refused as input.
+        assert!(with_backward(&g).is_err());
+    }
 
     #[test]
     fn layered_graphs_have_the_family_shape() {

@@ -35,7 +35,9 @@ mod strategy;
 pub mod sweep;
 
 pub use error::{Error, Result};
-pub use strategy::{solve, Formulation, Outcome, Solution, SolveOptions, Status, Strategy};
+pub use strategy::{
+    solve, Formulation, LeastKnown, Outcome, Solution, SolveOptions, Status, Strategy,
+};
 
 use checkmate_graph::{simulate, Graph, Schedule};
 

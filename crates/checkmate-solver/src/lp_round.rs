@@ -1,6 +1,7 @@
 //! `lp-round`: Checkmate's two-phase LP rounding, then repair and local search.
 //!
-//! 0. Starting points: the cheapest baseline within budget; when none fits, the least-peak
+//! 0. Starting points: the cheapest baseline or caller's incumbent ([`SolveOptions::incumbents`])
+//!    within budget; when none fits, the least-peak
 //!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, a quarter of the time,
 //!    70% when the LP is skipped).
 //! 1. Solve the LP relaxation of the (default) formulation at `(1 - eps) * budget` (the LPs get
@@ -43,7 +44,7 @@ use crate::error::Result;
 use crate::milp::model::{BudgetMode, ColKind, Model};
 use crate::milp::run::{self, RunOptions};
 use crate::milp::warm;
-use crate::strategy::{Formulation, Outcome, SolveOptions, Status, Strategy};
+use crate::strategy::{Formulation, LeastKnown, Outcome, SolveOptions, Status, Strategy};
 
 /// Name of the strategy.
 pub const NAME: &str = "lp-round";
@@ -187,6 +188,32 @@ impl Strategy for LpRound {
         NAME
     }
 
+    fn takes_incumbents(&self) -> bool {
+        true
+    }
+
+    /// The least-peak baseline lowered by repair (a quarter of the time limit, default 8 s):
+    /// lp-round's own starting point when no baseline fits.
+    fn least_known_budget(
+        &self,
+        graph: &Graph,
+        options: &SolveOptions,
+    ) -> Result<Option<LeastKnown>> {
+        let limit = options.time_limit.unwrap_or(Duration::from_secs(8));
+        let floor = graph.min_feasible_activation_bytes();
+        let deadline = Instant::now() + limit.mul_f64(0.25);
+        let j = crate::milp::least_peak_heuristic(graph, options, floor, deadline);
+        Ok(Some(LeastKnown {
+            bytes: j.peak,
+            proven: j.peak <= floor,
+            plan: Some(j.plan),
+        }))
+    }
+
+    fn proves_optimality(&self) -> bool {
+        true
+    }
+
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
         plan_lp_round(graph, budget_bytes, options, true)
     }
@@ -215,7 +242,7 @@ pub(crate) fn plan_lp_round(
             over.push(j);
         }
     };
-    // Starting points from the baselines.
+    // Starting points from the baselines and the caller's incumbents.
     if let Some(inc) = crate::milp::best_heuristic(graph, budget_bytes, options) {
         let keeps = (0..graph.len())
             .map(|t| inc.schedule.keeps(t).clone())

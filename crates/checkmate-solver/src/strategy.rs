@@ -66,6 +66,11 @@ pub struct SolveOptions {
     pub warm_start: bool,
     /// Seed for randomized rounding.
     pub seed: u64,
+    /// Plans known beforehand (e.g. found at smaller budgets by a sweep). [`solve`] returns the
+    /// cheapest of them within the budget when the strategy's own plan costs more or there is
+    /// none, so a strategy never answers worse than a plan it was given; strategies that
+    /// [take incumbents](Strategy::takes_incumbents) also start their search from it.
+    pub incumbents: Vec<Plan>,
 }
 
 impl Default for SolveOptions {
@@ -77,8 +82,21 @@ impl Default for SolveOptions {
             formulation: Formulation::Fast,
             warm_start: true,
             seed: 0,
+            incumbents: Vec::new(),
         }
     }
+}
+
+/// The least activation budget at which a strategy is known to have a plan
+/// ([`Strategy::least_known_budget`]).
+#[derive(Debug, Clone)]
+pub struct LeastKnown {
+    /// The budget: a plan of the strategy peaks at (or below) it.
+    pub bytes: u64,
+    /// Whether no plan of any strategy fits a smaller budget (proven).
+    pub proven: bool,
+    /// A plan within `bytes`, when the strategy found one on the way.
+    pub plan: Option<Plan>,
 }
 
 /// What a strategy returns before the simulator judges it.
@@ -109,10 +127,41 @@ pub trait Strategy: Send + Sync {
         Ok(None)
     }
 
+    /// The least activation budget at which this strategy is known to return a plan, whether it
+    /// is proven least, and a plan there when the strategy has one at hand: what a sweep starts
+    /// from. By default the [least feasible budget](Strategy::least_feasible_budget), proven.
+    fn least_known_budget(
+        &self,
+        graph: &Graph,
+        options: &SolveOptions,
+    ) -> Result<Option<LeastKnown>> {
+        Ok(self
+            .least_feasible_budget(graph, options)?
+            .map(|bytes| LeastKnown {
+                bytes,
+                proven: true,
+                plan: None,
+            }))
+    }
+
     /// Whether the strategy solves with HiGHS on this graph, which runs one solve at a time per
     /// process: such points are not run concurrently with each other (see [`crate::sweep::sweep`]).
     fn uses_highs(&self, graph: &Graph, options: &SolveOptions) -> bool {
         let _ = (graph, options);
+        false
+    }
+
+    /// Whether the strategy searches from [`SolveOptions::incumbents`] (`milp`, `lp-round`), so
+    /// that a sweep runs its budgets in ascending order, each starting from the plans of the
+    /// smaller ones; for the others [`solve`]'s fallback to the incumbent is all they gain.
+    fn takes_incumbents(&self) -> bool {
+        false
+    }
+
+    /// Whether the strategy can prove its plans optimal (status `optimal`, with a lower bound):
+    /// `milp`, and `lp-round` through its LP bound. A sweep marks their other points as not
+    /// proven; the baselines never claim optimality.
+    fn proves_optimality(&self) -> bool {
         false
     }
 }
@@ -134,6 +183,8 @@ pub struct Solution {
     pub budget_bytes: u64,
     /// Wall-clock seconds spent in the strategy.
     pub solve_seconds: f64,
+    /// The plan is one of [`SolveOptions::incumbents`]: the strategy found nothing cheaper.
+    pub from_incumbent: bool,
 }
 
 impl Solution {
@@ -175,13 +226,32 @@ pub fn solve(
         strategy.plan(graph, budget_bytes, options)?
     };
     let solve_seconds = start.elapsed().as_secs_f64();
-    let simulation = match &outcome.plan {
+    let mut simulation = match &outcome.plan {
         Some(plan) => Some(simulate(graph, plan).map_err(|source| Error::InvalidPlan {
             strategy: name.to_string(),
             source,
         })?),
         None => None,
     };
+    let mut outcome = outcome;
+    let mut from_incumbent = false;
+    if let Some((plan, sim)) = cheapest_incumbent(graph, &options.incumbents, budget_bytes) {
+        let own = simulation
+            .as_ref()
+            .filter(|s| s.peak_bytes <= budget_bytes)
+            .map(|s| s.cost);
+        if own.map_or(true, |c| sim.cost < c) {
+            tracing::debug!(cost = sim.cost, own = ?own, "an incumbent is cheaper than the strategy's plan");
+            // A proof of optimality still holds (the incumbent is within the gap); a claim that
+            // nothing fits cannot, and no plan at all is a plan now.
+            if outcome.status != Status::Optimal {
+                outcome.status = Status::Feasible;
+            }
+            outcome.plan = Some(plan.clone());
+            simulation = Some(sim);
+            from_incumbent = true;
+        }
+    }
     let fits = simulation
         .as_ref()
         .is_some_and(|s| s.peak_bytes <= budget_bytes);
@@ -226,5 +296,20 @@ pub fn solve(
         lower_bound: outcome.lower_bound,
         budget_bytes,
         solve_seconds,
+        from_incumbent: fits && from_incumbent,
     })
+}
+
+/// The cheapest of `plans` whose simulated peak is within `budget_bytes`, with its simulation
+/// (plans the simulator rejects are skipped).
+fn cheapest_incumbent<'a>(
+    graph: &Graph,
+    plans: &'a [Plan],
+    budget_bytes: u64,
+) -> Option<(&'a Plan, Simulation)> {
+    plans
+        .iter()
+        .filter_map(|p| simulate(graph, p).ok().map(|s| (p, s)))
+        .filter(|(_, s)| s.peak_bytes <= budget_bytes)
+        .min_by(|a, b| a.1.cost.total_cmp(&b.1.cost))
 }

@@ -25,7 +25,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use checkmate_graph::Graph;
+use checkmate_graph::{Graph, Plan};
 use rayon::prelude::*;
 
 use crate::baselines::CheckpointAll;
@@ -105,6 +105,18 @@ pub struct SweepPoint {
     pub seconds: f64,
     /// The error message for infeasible, not-applicable and failed points.
     pub error: Option<String>,
+    /// A proven lower bound on the cost of any plan within this budget (the strategy's own, or
+    /// one proven at a larger budget, which bounds every smaller one), when known.
+    pub lower_bound: Option<f64>,
+    /// The plan is the strategy's plan at this smaller budget: it found none cheaper here.
+    pub carried_from: Option<u64>,
+}
+
+impl SweepPoint {
+    /// Whether the point's plan is proven optimal (within the MIP gap).
+    pub fn proven_optimal(&self) -> bool {
+        self.status == PointStatus::Solved(Status::Optimal)
+    }
 }
 
 /// A strategy's least feasible activation budget, as far as it can tell.
@@ -112,8 +124,13 @@ pub struct SweepPoint {
 pub struct StrategyBound {
     /// The strategy's name.
     pub strategy: String,
-    /// Its least feasible activation budget, `None` when unknown or not applicable.
+    /// The least activation budget at which it is known to have a plan
+    /// ([`Strategy::least_known_budget`]), `None` when unknown or not applicable.
     pub least_feasible_bytes: Option<u64>,
+    /// Whether that budget is proven least.
+    pub least_proven: bool,
+    /// Whether it can prove a plan optimal ([`Strategy::proves_optimality`]).
+    pub proves_optimality: bool,
 }
 
 /// The frontier of several strategies on one graph.
@@ -129,10 +146,10 @@ pub struct Sweep {
     pub base_cost: f64,
     /// Activation peak of checkpoint-all: the largest budget swept.
     pub checkpoint_all_peak: u64,
-    /// The smallest budget swept: the least feasible budget over the strategies, at least the
-    /// graph's proven minimum.
+    /// The smallest budget swept: the least budget at which some strategy is known to have a
+    /// plan, at least the graph's proven minimum.
     pub least_feasible_bytes: u64,
-    /// Each strategy's least feasible budget, in the order given.
+    /// Each strategy's least known budget, in the order given.
     pub bounds: Vec<StrategyBound>,
     /// The activation budgets, ascending.
     pub budgets: Vec<u64>,
@@ -171,6 +188,14 @@ pub fn budget_grid(lo: u64, hi: u64, points: usize) -> Vec<u64> {
 /// checkpoint-all peak, in parallel (rayon) across points; `on_point` is called as each point
 /// finishes (from worker threads).
 ///
+/// A strategy's cost never rises with the budget: any plan within a smaller budget is within a
+/// larger one. Strategies that [take incumbents](Strategy::takes_incumbents) (`milp`,
+/// `lp-round`) run their budgets in ascending order, each solve given the cheapest plan of the
+/// smaller budgets as its incumbent (unless `options.solve.warm_start` is off); the others run
+/// all their points in parallel, and a point costlier than a smaller budget's (or without a plan)
+/// takes that plan afterwards ([`SweepPoint::carried_from`]). A lower bound proven at a budget
+/// bounds every smaller one, and makes a point there optimal when its plan meets it.
+///
 /// The points of strategies that solve with HiGHS ([`Strategy::uses_highs`]: `milp`, and
 /// `lp-round` where it runs its LP) run one after another, beside the parallel others: HiGHS
 /// allows one solve at a time per process, and a point waiting for another's solve spent its
@@ -188,22 +213,27 @@ pub fn sweep(
     let _span =
         tracing::info_span!("sweep", graph = graph.name(), points = options.points).entered();
     let checkpoint_all_peak = CheckpointAll::peak_bytes(graph);
-    let bounds: Vec<StrategyBound> = strategies
+    // Each strategy's least known budget, and the plan it found there (the first incumbent of a
+    // chained strategy).
+    let (bounds, least_plans): (Vec<StrategyBound>, Vec<Option<Plan>>) = strategies
         .par_iter()
         .map(|s| {
-            let least = match s.least_feasible_budget(graph, &options.solve) {
+            let least = match s.least_known_budget(graph, &options.solve) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::info!(strategy = s.name(), error = %e, "no least feasible budget");
                     None
                 }
             };
-            StrategyBound {
+            let bound = StrategyBound {
                 strategy: s.name().to_string(),
-                least_feasible_bytes: least,
-            }
+                least_feasible_bytes: least.as_ref().map(|l| l.bytes),
+                least_proven: least.as_ref().is_some_and(|l| l.proven),
+                proves_optimality: s.proves_optimality(),
+            };
+            (bound, least.and_then(|l| l.plan))
         })
-        .collect();
+        .unzip();
     let floor = graph.min_feasible_activation_bytes();
     let least_feasible_bytes = bounds
         .iter()
@@ -215,25 +245,64 @@ pub fn sweep(
     let budgets = budget_grid(least_feasible_bytes, checkpoint_all_peak, options.points);
     tracing::debug!(?budgets, "sweep budgets");
     let per = strategies.len();
-    let point = |k: usize| {
-        let p = run_point(
-            graph,
-            strategies[k % per].as_ref(),
-            budgets[k / per],
-            &options.solve,
-        );
-        on_point(&p);
-        (k, p)
-    };
-    let (highs, others): (Vec<usize>, Vec<usize>) = (0..budgets.len() * per)
-        .partition(|&k| strategies[k % per].uses_highs(graph, &options.solve));
-    let (mut points, rest) = rayon::join(
-        || highs.into_iter().map(point).collect::<Vec<_>>(),
-        || others.into_par_iter().map(point).collect::<Vec<_>>(),
+    let n_points = budgets.len() * per;
+    let highs: Vec<bool> = strategies
+        .iter()
+        .map(|s| s.uses_highs(graph, &options.solve))
+        .collect();
+    let chained: Vec<bool> = strategies
+        .iter()
+        .map(|s| s.takes_incumbents() && options.solve.warm_start)
+        .collect();
+    // Jobs, each run in order (point indices are budget-major, so a strategy's budgets ascend):
+    // every HiGHS point in one; each other chained strategy's points in one; the rest alone.
+    let mut jobs: Vec<Vec<usize>> = vec![(0..n_points).filter(|&k| highs[k % per]).collect()];
+    for s in (0..per).filter(|&s| chained[s] && !highs[s]) {
+        jobs.push((0..budgets.len()).map(|b| b * per + s).collect());
+    }
+    jobs.extend(
+        (0..n_points)
+            .filter(|&k| !highs[k % per] && !chained[k % per])
+            .map(|k| vec![k]),
     );
-    points.extend(rest);
+    let run_job = |job: Vec<usize>| {
+        // Per strategy: the cheapest plan so far, its cost and its budget; at first, the plan
+        // at the strategy's least known budget.
+        let mut best: Vec<Option<(f64, Plan, u64)>> = (0..per)
+            .map(|s| {
+                let plan = least_plans[s].clone()?;
+                let sim = checkmate_graph::simulate(graph, &plan).ok()?;
+                Some((sim.cost, plan, sim.peak_bytes))
+            })
+            .collect();
+        job.into_iter()
+            .map(|k| {
+                let (s, budget) = (k % per, budgets[k / per]);
+                let mut opts = options.solve.clone();
+                let given = best[s].as_ref().filter(|_| chained[s]);
+                if let Some((_, plan, _)) = given {
+                    opts.incumbents.push(plan.clone());
+                }
+                let (mut p, plan) = run_point(graph, strategies[s].as_ref(), budget, &opts);
+                if p.carried_from.is_some() {
+                    // The least known budget's plan, at that budget, is the strategy's own.
+                    p.carried_from = given.map(|g| g.2).filter(|&from| from < budget);
+                }
+                if let (Some(cost), Some(plan)) = (p.cost, plan) {
+                    if best[s].as_ref().map_or(true, |b| cost < b.0) {
+                        best[s] = Some((cost, plan, budget));
+                    }
+                }
+                on_point(&p);
+                (k, p)
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut points: Vec<(usize, SweepPoint)> =
+        jobs.into_par_iter().flat_map_iter(run_job).collect();
     points.sort_by_key(|&(k, _)| k);
-    let points: Vec<SweepPoint> = points.into_iter().map(|(_, p)| p).collect();
+    let mut points: Vec<SweepPoint> = points.into_iter().map(|(_, p)| p).collect();
+    monotone(&mut points, per, options.solve.mip_gap);
     Ok(Sweep {
         graph: graph.name().to_string(),
         cost_unit: graph.cost_unit().to_string(),
@@ -248,13 +317,69 @@ pub fn sweep(
     })
 }
 
-/// Solves one point; errors become statuses.
+/// Makes each strategy's frontier non-increasing (`points` budget-major, `per` strategies): a
+/// point costlier than a smaller budget's plan, or without a plan where the strategy found one
+/// at a smaller budget, takes that plan; a lower bound carries down to the smaller budgets, and a
+/// plan that meets its bound (within `mip_gap`) is optimal.
+fn monotone(points: &mut [SweepPoint], per: usize, mip_gap: f64) {
+    let budgets = points.len() / per.max(1);
+    for s in 0..per {
+        let mut best: Option<SweepPoint> = None;
+        for b in 0..budgets {
+            let p = &mut points[b * per + s];
+            let carries = matches!(p.status, PointStatus::Solved(_) | PointStatus::NoPlanFound);
+            match &best {
+                Some(q) if carries && p.cost.map_or(true, |c| q.cost.is_some_and(|qc| qc < c)) => {
+                    let own_bound = p.lower_bound;
+                    let status = match p.status {
+                        PointStatus::Solved(Status::Optimal) => p.status,
+                        _ => PointStatus::Solved(Status::Feasible),
+                    };
+                    *p = SweepPoint {
+                        budget_bytes: p.budget_bytes,
+                        seconds: p.seconds,
+                        status,
+                        error: None,
+                        lower_bound: own_bound,
+                        carried_from: q.carried_from.or(Some(q.budget_bytes)),
+                        ..q.clone()
+                    };
+                }
+                _ => {
+                    if p.cost.is_some() {
+                        best = Some(p.clone());
+                    }
+                }
+            }
+        }
+        let mut bound: Option<f64> = None;
+        for b in (0..budgets).rev() {
+            let p = &mut points[b * per + s];
+            bound = match (bound, p.lower_bound) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            };
+            if p.cost.is_some() {
+                p.lower_bound = bound.map(|l| l.min(p.cost.unwrap_or(l)));
+            }
+            if let (Some(c), Some(l), PointStatus::Solved(Status::Feasible | Status::Timeout)) =
+                (p.cost, bound, p.status)
+            {
+                if c <= l * (1.0 + mip_gap) {
+                    p.status = PointStatus::Solved(Status::Optimal);
+                }
+            }
+        }
+    }
+}
+
+/// Solves one point; errors become statuses. Returns the plan too, when there is one.
 fn run_point(
     graph: &Graph,
     strategy: &dyn Strategy,
     budget_bytes: u64,
     options: &SolveOptions,
-) -> SweepPoint {
+) -> (SweepPoint, Option<Plan>) {
     let start = Instant::now();
     let result = solve(graph, strategy, budget_bytes, options);
     let seconds = start.elapsed().as_secs_f64();
@@ -267,15 +392,22 @@ fn run_point(
         peak_bytes: None,
         seconds,
         error: None,
+        lower_bound: None,
+        carried_from: None,
     };
+    let mut plan = None;
     match result {
         Ok(sol) => {
             p.status = PointStatus::Solved(sol.status);
+            p.lower_bound = sol.lower_bound;
             if let Some(sim) = &sol.simulation {
                 p.cost = Some(sim.cost);
                 p.overhead = Some(sim.overhead(graph));
                 p.peak_bytes = Some(sim.peak_bytes);
             }
+            // The exact budget is filled in by the caller, which knows where it came from.
+            p.carried_from = sol.from_incumbent.then_some(0);
+            plan = sol.plan;
         }
         Err(e) => {
             p.status = match e {
@@ -290,7 +422,7 @@ fn run_point(
             p.error = Some(e.to_string());
         }
     }
-    p
+    (p, plan)
 }
 
 #[cfg(test)]
@@ -377,6 +509,70 @@ mod tests {
             assert_eq!(p.strategy, strategies[k % 3].name());
             assert_eq!(p.budget_bytes, result.budgets[k / 3]);
         }
+    }
+
+    fn point(
+        budget: u64,
+        status: PointStatus,
+        cost: Option<f64>,
+        bound: Option<f64>,
+    ) -> SweepPoint {
+        SweepPoint {
+            budget_bytes: budget,
+            strategy: "s".into(),
+            status,
+            cost,
+            overhead: cost.map(|c| c / 10.0 - 1.0),
+            peak_bytes: cost.map(|_| budget),
+            seconds: 0.0,
+            error: None,
+            lower_bound: bound,
+            carried_from: None,
+        }
+    }
+
+    /// A costlier point, or one without a plan, takes the smaller budget's plan; bounds carry
+    /// down and make a point that meets them optimal.
+    #[test]
+    fn frontiers_never_rise_and_bounds_carry_down() {
+        let feasible = PointStatus::Solved(Status::Feasible);
+        let mut pts = vec![
+            point(10, PointStatus::NoPlanFound, None, None),
+            point(20, feasible, Some(15.0), None),
+            point(30, feasible, Some(17.0), Some(12.0)),
+            point(40, PointStatus::NoPlanFound, None, None),
+            point(50, feasible, Some(12.0), Some(12.0)),
+            point(60, PointStatus::NotApplicable, None, None),
+        ];
+        monotone(&mut pts, 1, 1e-4);
+        assert_eq!(pts[0].cost, None, "nothing below to carry");
+        assert_eq!((pts[1].cost, pts[1].carried_from), (Some(15.0), None));
+        assert_eq!((pts[2].cost, pts[2].carried_from), (Some(15.0), Some(20)));
+        assert_eq!(pts[2].peak_bytes, Some(20));
+        assert_eq!(pts[2].lower_bound, Some(12.0));
+        assert_eq!((pts[3].cost, pts[3].carried_from), (Some(15.0), Some(20)));
+        assert_eq!(pts[3].status, feasible);
+        // Proven optimal by its own bound; the bound also holds below it.
+        assert!(pts[4].proven_optimal());
+        assert_eq!(pts[1].lower_bound, Some(12.0));
+        assert!(!pts[1].proven_optimal());
+        assert_eq!(pts[5].status, PointStatus::NotApplicable);
+    }
+
+    /// Several strategies are kept apart (points are budget-major).
+    #[test]
+    fn strategies_are_kept_apart() {
+        let feasible = PointStatus::Solved(Status::Feasible);
+        let mut pts = vec![
+            point(10, feasible, Some(20.0), None),
+            point(10, PointStatus::NoPlanFound, None, None),
+            point(20, feasible, Some(25.0), None),
+            point(20, feasible, Some(30.0), None),
+        ];
+        monotone(&mut pts, 2, 1e-4);
+        assert_eq!(pts[2].cost, Some(20.0));
+        assert_eq!(pts[3].cost, Some(30.0));
+        assert_eq!(pts[1].cost, None);
     }
 
     #[test]

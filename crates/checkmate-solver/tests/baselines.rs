@@ -298,3 +298,30 @@ fn sweep_on_vgg16_marks_infeasible_points_and_is_monotone() {
         .collect();
     assert!(costs.windows(2).all(|w| w[1] <= w[0]), "{costs:?}");
 }
+
+/// `solve` never answers worse than a plan it was given: the cheapest incumbent within budget
+/// replaces a costlier plan (and says so); one over budget is ignored.
+#[test]
+fn solve_returns_a_cheaper_incumbent_and_ignores_one_over_budget() {
+    let m = 9;
+    let g = training_graph(m, &[], &vec![8; 2 * m + 1], &vec![1; 2 * m + 1]);
+    let all = CheckpointAll::peak_bytes(&g);
+    let everything = CheckpointAll::schedule(&g).to_plan(&g);
+    let chen = strategy_by_name("chen-sqrtn").unwrap();
+    let own = solve(&g, chen.as_ref(), all, &SolveOptions::default()).unwrap();
+    assert!(
+        own.cost().unwrap() > g.total_cost(),
+        "chen-sqrtn recomputes"
+    );
+    let given = SolveOptions {
+        incumbents: vec![everything],
+        ..SolveOptions::default()
+    };
+    let sol = solve(&g, chen.as_ref(), all, &given).unwrap();
+    assert_eq!(sol.cost(), Some(g.total_cost()));
+    assert!(sol.from_incumbent);
+    assert_eq!(sol.status, Status::Feasible);
+    let tighter = solve(&g, chen.as_ref(), all - 1, &given).unwrap();
+    assert!(!tighter.from_incumbent);
+    assert!(tighter.peak_bytes().unwrap() < all);
+}

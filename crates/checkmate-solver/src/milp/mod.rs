@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use checkmate_graph::{Graph, Plan, Schedule};
 
 use crate::error::Result;
-use crate::strategy::{Formulation, Outcome, SolveOptions, Status, Strategy};
+use crate::strategy::{Formulation, LeastKnown, Outcome, SolveOptions, Status, Strategy};
 use model::{BudgetMode, Model};
 use run::{RunOptions, RunStatus};
 
@@ -55,14 +55,22 @@ impl Incumbent {
     }
 }
 
-/// The cheapest plan within `budget` among the other strategies that need no solver, turned into
-/// a frontier-advancing schedule.
+/// The cheapest plan within `budget` among the other strategies that need no solver and the
+/// caller's [`SolveOptions::incumbents`], turned into a frontier-advancing schedule.
 pub(crate) fn best_heuristic(
     graph: &Graph,
     budget: u64,
     options: &SolveOptions,
 ) -> Option<Incumbent> {
     let mut best: Option<Incumbent> = None;
+    for plan in &options.incumbents {
+        if let Some((inc, peak)) = Incumbent::of_plan(graph, plan) {
+            tracing::trace!(peak, cost = inc.cost, "given incumbent");
+            if peak <= budget && best.as_ref().map_or(true, |b| inc.cost < b.cost) {
+                best = Some(inc);
+            }
+        }
+    }
     for &name in crate::STRATEGY_NAMES {
         if name == NAME || name == crate::lp_round::NAME {
             continue;
@@ -351,11 +359,20 @@ pub(crate) fn least_peak_heuristic(
 /// ([`least_peak_heuristic`]). When they differ, the MILP that minimizes the peak, bounded by both
 /// and warm-started with that schedule, closes the gap or raises the bound to its proven dual bound.
 pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeasible> {
+    Ok(least_feasible_with_plan(graph, options)?.0)
+}
+
+/// [`least_feasible`] and a plan whose peak is its `bytes`.
+pub(crate) fn least_feasible_with_plan(
+    graph: &Graph,
+    options: &SolveOptions,
+) -> Result<(LeastFeasible, Plan)> {
     let start = Instant::now();
     let limit = options.time_limit.unwrap_or(Duration::from_secs(60));
     let floor = graph.min_feasible_activation_bytes();
     let heuristic_deadline = start + limit.mul_f64(0.25);
     let heuristic = least_peak_heuristic(graph, options, floor, heuristic_deadline);
+    let mut plan = heuristic.plan;
     let (schedule, peak) = (heuristic.schedule, heuristic.peak);
     let mut out = LeastFeasible {
         bytes: peak,
@@ -368,7 +385,7 @@ pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeas
         "least peak heuristic"
     );
     if out.proven() {
-        return Ok(out);
+        return Ok((out, plan));
     }
     let with_limit = SolveOptions {
         time_limit: Some(limit),
@@ -381,7 +398,7 @@ pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeas
             nodes = graph.len(),
             "least feasible budget: no MILP for a graph this large"
         );
-        return Ok(out);
+        return Ok((out, plan));
     }
     let model = Model::build(
         graph,
@@ -406,8 +423,11 @@ pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeas
     let res = run::run(&model, &opts)?;
     if let Some(x) = res.x.as_ref() {
         let schedule = warm::cleaned_schedule(graph, &warm::keeps_of_solution(&model, x));
-        if let Some((_, p, _)) = warm::judge(graph, &schedule) {
-            out.bytes = out.bytes.min(p);
+        if let Some((milp_plan, p, _)) = warm::judge(graph, &schedule) {
+            if p < out.bytes {
+                out.bytes = p;
+                plan = milp_plan;
+            }
         }
     }
     if res.status == RunStatus::Optimal {
@@ -419,7 +439,7 @@ pub fn least_feasible(graph: &Graph, options: &SolveOptions) -> Result<LeastFeas
         out.lower_bound = out.lower_bound.max(bound).min(out.bytes);
     }
     tracing::debug!(?out, status = ?res.status, seconds = start.elapsed().as_secs_f64(), "least feasible budget");
-    Ok(out)
+    Ok((out, plan))
 }
 
 /// The least activation budget of any frontier-advancing schedule, when proven within the time
@@ -431,6 +451,14 @@ pub fn least_feasible_budget(graph: &Graph, options: &SolveOptions) -> Result<Op
 
 impl Strategy for Milp {
     fn uses_highs(&self, _graph: &Graph, _options: &SolveOptions) -> bool {
+        true
+    }
+
+    fn takes_incumbents(&self) -> bool {
+        true
+    }
+
+    fn proves_optimality(&self) -> bool {
         true
     }
 
@@ -576,5 +604,22 @@ impl Strategy for Milp {
         let mut opts = options.clone();
         opts.time_limit = Some(options.time_limit.unwrap_or(Duration::from_secs(60)));
         least_feasible_budget(graph, &opts)
+    }
+
+    /// The least peak [`least_feasible`] reaches (a schedule with that peak exists, and it is
+    /// `milp`'s warm start there), proven or not.
+    fn least_known_budget(
+        &self,
+        graph: &Graph,
+        options: &SolveOptions,
+    ) -> Result<Option<LeastKnown>> {
+        let mut opts = options.clone();
+        opts.time_limit = Some(options.time_limit.unwrap_or(Duration::from_secs(60)));
+        let (lf, plan) = least_feasible_with_plan(graph, &opts)?;
+        Ok(Some(LeastKnown {
+            bytes: lf.bytes,
+            proven: lf.proven(),
+            plan: Some(plan),
+        }))
     }
 }
