@@ -1106,7 +1106,7 @@ fn render_frontiers(md: &mut String, f: Option<&Value>) -> Result<()> {
                         }
                         (Some(o), Some("feasible") | None) => format!("{:+.1}%{mark}", 100.0 * o),
                         (Some(o), Some(st)) => format!("{:+.1}%{mark} ({st})", 100.0 * o),
-                        (None, Some("infeasible")) => "-".into(),
+                        (None, Some("infeasible" | "no-plan-found")) => "-".into(),
                         (None, Some(st)) => st.to_string(),
                         (None, None) => "?".into(),
                     },

@@ -186,6 +186,22 @@ pub struct SolverArgs {
     /// Do not warm-start the MILP with the best heuristic plan.
     #[arg(long)]
     pub no_warm_start: bool,
+    /// Memory the exact models may take, HiGHS included (bytes or units, e.g. 2GiB; default:
+    /// half the memory the OS reports available). A model estimated to need more is not built:
+    /// the strategy answers from its memory-cheap paths and says so.
+    #[arg(long)]
+    pub solver_memory: Option<String>,
+}
+
+/// `--solver-memory`: an amount of bytes (a plain number or with a unit; not a percentage).
+fn parse_solver_memory(text: &str) -> Result<u64> {
+    match text.parse::<Budget>() {
+        Ok(Budget::Bytes(b)) if b > 0 => Ok(b),
+        Ok(_) => anyhow::bail!(
+            "--solver-memory {text}: give a positive amount of bytes, e.g. 2GiB (not a percentage)"
+        ),
+        Err(e) => anyhow::bail!("--solver-memory: {e}"),
+    }
 }
 
 /// `--formulation` values.
@@ -215,6 +231,11 @@ impl SolverArgs {
             },
             warm_start: !self.no_warm_start,
             seed,
+            memory_limit: self
+                .solver_memory
+                .as_deref()
+                .map(parse_solver_memory)
+                .transpose()?,
             incumbents: Vec::new(),
         })
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use checkmate_graph::{format_bytes, Budget, PlanFile, Prediction};
-use checkmate_solver::{solve, strategy_by_name};
+use checkmate_solver::{solve, strategy_by_name, Limit};
 use clap::Args;
 use serde_json::json;
 
@@ -112,6 +112,12 @@ pub fn run(args: SolveArgs) -> Result<()> {
             "overhead": sim.map(|s| s.overhead(&graph)),
             "computes": sim.map(|s| s.computes),
             "solve_seconds": solution.solve_seconds,
+            "limit": solution.limit.map(|l| match l {
+                Limit::Time => json!({"kind": "time"}),
+                Limit::Memory { model_bytes, limit_bytes } => json!({
+                    "kind": "memory", "model_bytes": model_bytes, "limit_bytes": limit_bytes,
+                }),
+            }),
             "plan_out": args.plan_out.as_ref().map(|p| p.display().to_string()),
         }));
     } else {
@@ -143,6 +149,9 @@ pub fn run(args: SolveArgs) -> Result<()> {
             println!("lower bound  {lb}");
         }
         println!("solve time   {:.3} s", solution.solve_seconds);
+        if let Some(l) = solution.limit {
+            println!("stopped by   {l}");
+        }
         if let Some(p) = &args.plan_out {
             println!("plan         {}", p.display());
         }

@@ -44,7 +44,7 @@ use crate::error::Result;
 use crate::milp::model::{BudgetMode, ColKind, Model};
 use crate::milp::run::{self, RunOptions};
 use crate::milp::warm;
-use crate::strategy::{Formulation, LeastKnown, Outcome, SolveOptions, Status, Strategy};
+use crate::strategy::{Formulation, LeastKnown, Limit, Outcome, SolveOptions, Status, Strategy};
 
 /// Name of the strategy.
 pub const NAME: &str = "lp-round";
@@ -170,8 +170,9 @@ fn default_limit(graph: &Graph, options: &SolveOptions) -> Duration {
 /// [`MAX_LP_NODES`] when the caller gives at least [`LONG_LIMIT`] (ResNet50's LP, 353 nodes and
 /// 480k rows, did not solve within 12 s on one core, and its plans came from the other steps).
 pub(crate) fn lp_attempted(graph: &Graph, options: &SolveOptions) -> bool {
-    graph.len() <= DEFAULT_LP_NODES
-        || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES)
+    (graph.len() <= DEFAULT_LP_NODES
+        || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES))
+        && crate::milp::model_over_memory(graph, Formulation::Fast, false, options).is_none()
 }
 
 /// A time limit long enough to try the LP of graphs above [`DEFAULT_LP_NODES`] nodes.
@@ -252,6 +253,14 @@ pub(crate) fn plan_lp_round(
         }
     }
     let with_lp = lp_attempted(graph, options);
+    // The LP (and the exact polish's MILP) skipped because it would not fit in memory.
+    let lp_sized = graph.len() <= DEFAULT_LP_NODES
+        || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES);
+    let mut memory_limit = if lp_sized && !with_lp {
+        crate::milp::model_over_memory(graph, Formulation::Fast, false, options)
+    } else {
+        None
+    };
     if fits.is_empty() {
         // Near the least feasible budget no baseline fits: lower the least-peak baseline by
         // repair until it does (a quarter of the time at most; 70% when there is no LP).
@@ -449,12 +458,15 @@ pub(crate) fn plan_lp_round(
     // Polish: the exact MILP from the best plan (or, when nothing fits and nothing proves that
     // nothing can, from scratch) with the time left, while the plan is not proven optimal. It can
     // only improve the plan, and it decides budgets where every heuristic failed.
-    if fix
+    let polish = fix
         && with_lp
         && !proven_infeasible
         && budget_bytes >= graph.min_feasible_activation_bytes()
-        && !best.as_ref().is_some_and(settled)
-    {
+        && !best.as_ref().is_some_and(settled);
+    if polish {
+        memory_limit = crate::milp::model_over_memory(graph, Formulation::Fast, true, options);
+    }
+    if polish && memory_limit.is_none() {
         // Without a plan and without a limit from the caller, the exact MILP may run past the
         // default limit (to 4 times it, 30 to 120 s): "no plan found" is the worst answer, and
         // at budgets near the floor the MILP alone often needs 10-20 s to find a first plan on
@@ -471,15 +483,20 @@ pub(crate) fn plan_lp_round(
             });
         }
     }
+    let optimal = |b: &Judged| lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9));
+    let limit = memory_limit.or_else(|| {
+        (Instant::now() >= deadline && !best.as_ref().is_some_and(optimal)).then_some(Limit::Time)
+    });
     Ok(match best {
         Some(b) => Outcome {
-            status: if lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9)) {
+            status: if optimal(&b) {
                 Status::Optimal
             } else {
                 Status::Feasible
             },
             plan: Some(b.plan),
             lower_bound,
+            limit,
         },
         None => Outcome {
             plan: None,
@@ -489,6 +506,7 @@ pub(crate) fn plan_lp_round(
                 Status::NoPlanFound
             },
             lower_bound,
+            limit,
         },
     })
 }
@@ -522,16 +540,19 @@ fn exact_polish(
             lower_bound: Some(b.cost),
             plan: Some(b.plan),
             status: Status::Optimal,
+            limit: None,
         }),
         (_, Some(b)) if improved(b.cost) => Some(Outcome {
             lower_bound: res.lower_bound.map(|l| l.min(b.cost)),
             plan: Some(b.plan),
             status: Status::Feasible,
+            limit: (res.status == run::RunStatus::TimeLimit).then_some(Limit::Time),
         }),
         (run::RunStatus::Infeasible, None) => Some(Outcome {
             plan: None,
             status: Status::Infeasible,
             lower_bound: None,
+            limit: None,
         }),
         _ => None,
     })

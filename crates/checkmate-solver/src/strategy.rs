@@ -66,6 +66,11 @@ pub struct SolveOptions {
     pub warm_start: bool,
     /// Seed for randomized rounding.
     pub seed: u64,
+    /// Memory the exact models (`milp`'s MILP, `lp-round`'s LP, the least-feasible search's
+    /// MILP) may take, HiGHS included, estimated before building ([`crate::milp::ModelSize`]);
+    /// `None`: [`default_solver_memory`]. A model that would not fit is not built: the strategy
+    /// answers from its memory-cheap paths and says so ([`Limit::Memory`]).
+    pub memory_limit: Option<u64>,
     /// Plans known beforehand (e.g. found at smaller budgets by a sweep). [`solve`] returns the
     /// cheapest of them within the budget when the strategy's own plan costs more or there is
     /// none, so a strategy never answers worse than a plan it was given; strategies that
@@ -82,6 +87,7 @@ impl Default for SolveOptions {
             formulation: Formulation::Fast,
             warm_start: true,
             seed: 0,
+            memory_limit: None,
             incumbents: Vec::new(),
         }
     }
@@ -99,6 +105,60 @@ pub struct LeastKnown {
     pub plan: Option<Plan>,
 }
 
+impl SolveOptions {
+    /// The memory limit for exact models: [`SolveOptions::memory_limit`] or the default.
+    pub fn solver_memory(&self) -> u64 {
+        self.memory_limit.unwrap_or_else(default_solver_memory)
+    }
+}
+
+/// Half the memory the OS says is available (`MemAvailable` in `/proc/meminfo`), or 4 GiB where
+/// it does not say: what an exact model may take by default, leaving the rest to the caller's
+/// process (users solve inside their training jobs).
+pub fn default_solver_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kib * 1024 / 2)
+        })
+        .unwrap_or(4 << 30)
+}
+
+/// Which limit ended a solve before the strategy was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// The time limit passed (the plan is the best found by then).
+    Time,
+    /// The exact model would need `model_bytes` (estimated), more than `limit_bytes`: it was not
+    /// built, and the plan comes from the memory-cheap paths (baselines, repair, local search).
+    Memory {
+        /// Estimated bytes of the exact model's solve, HiGHS included.
+        model_bytes: u64,
+        /// The memory limit it was compared with.
+        limit_bytes: u64,
+    },
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::Time => f.write_str("the time limit"),
+            Limit::Memory {
+                model_bytes,
+                limit_bytes,
+            } => write!(
+                f,
+                "the memory limit: the exact model would take about {}, more than the {} allowed \
+                 (--solver-memory); it was not built",
+                checkmate_graph::format_bytes(*model_bytes),
+                checkmate_graph::format_bytes(*limit_bytes)
+            ),
+        }
+    }
+}
+
 /// What a strategy returns before the simulator judges it.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -108,6 +168,8 @@ pub struct Outcome {
     pub status: Status,
     /// A proven lower bound on the cost of any plan within the budget.
     pub lower_bound: Option<f64>,
+    /// The limit that ended the search early, if one did.
+    pub limit: Option<Limit>,
 }
 
 /// A rematerialization strategy: given a graph and an activation budget, a plan.
@@ -185,6 +247,8 @@ pub struct Solution {
     pub solve_seconds: f64,
     /// The plan is one of [`SolveOptions::incumbents`]: the strategy found nothing cheaper.
     pub from_incumbent: bool,
+    /// The limit that ended the strategy's search early, if one did.
+    pub limit: Option<Limit>,
 }
 
 impl Solution {
@@ -221,6 +285,7 @@ pub fn solve(
             plan: None,
             status: Status::Infeasible,
             lower_bound: None,
+            limit: None,
         }
     } else {
         strategy.plan(graph, budget_bytes, options)?
@@ -258,8 +323,15 @@ pub fn solve(
     if !fits && outcome.status != Status::Timeout {
         let floor = graph.min_feasible_activation_bytes();
         // A least budget at or below this one would contradict the failure: never reported.
+        // The time limit covers this search too: it gets what is left (at least a tenth of the
+        // limit, up to 2 s, so that the error can still name a budget).
+        let mut rest = options.clone();
+        rest.time_limit = options.time_limit.map(|l| {
+            l.saturating_sub(start.elapsed())
+                .max((l / 10).min(Duration::from_secs(2)))
+        });
         let least_feasible_bytes = strategy
-            .least_feasible_budget(graph, options)?
+            .least_feasible_budget(graph, &rest)?
             .filter(|&l| l > budget_bytes);
         let strategy = name.to_string();
         let static_bytes = graph.static_bytes();
@@ -283,6 +355,20 @@ pub fn solve(
             },
         );
     }
+    // No plan costs less than one compute per node: a plan at that cost is optimal.
+    let base = graph.total_cost();
+    if fits
+        && simulation
+            .as_ref()
+            .is_some_and(|s| s.cost <= base * (1.0 + 1e-12))
+    {
+        outcome.status = Status::Optimal;
+        outcome.lower_bound = Some(base);
+        // (A memory limit still says that the exact model was not built.)
+        if outcome.limit == Some(Limit::Time) {
+            outcome.limit = None;
+        }
+    }
     tracing::debug!(seconds = solve_seconds, status = %outcome.status, "solved");
     Ok(Solution {
         strategy: name.to_string(),
@@ -297,6 +383,7 @@ pub fn solve(
         budget_bytes,
         solve_seconds,
         from_incumbent: fits && from_incumbent,
+        limit: outcome.limit,
     })
 }
 

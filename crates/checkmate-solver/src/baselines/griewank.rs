@@ -333,19 +333,47 @@ fn revolve_schedule(graph: &Graph, fwd: &[NodeIdx], s: usize) -> Schedule {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Griewank;
 
+/// Chains up to this many forward nodes have every slot count evaluated; longer ones are searched
+/// by bisection (each schedule is `O(n^2)` to build and simulate: evaluating all 2000 of a
+/// 2000-node chain took minutes and gigabytes).
+const EXHAUSTIVE_SLOTS: usize = 64;
+
 impl Griewank {
-    /// The Revolve schedules for `s = 1..=m` slots, simulated.
-    fn frontier(graph: &Graph) -> Result<Vec<Evaluated>> {
+    /// The Revolve schedules for `s = 1..=m` slots, simulated (up to [`EXHAUSTIVE_SLOTS`]); on
+    /// longer chains those of `s = 1`, `s = m` and the bisection for the largest `s` whose peak
+    /// fits `budget` (more slots never cost more on a chain, and hold more memory).
+    fn frontier(graph: &Graph, budget: Option<u64>) -> Result<Vec<Evaluated>> {
         let fwd = forward_chain(graph).map_err(|reason| Error::NotApplicable {
             strategy: "griewank".into(),
             graph: graph.name().to_string(),
             reason,
         })?;
         let m = fwd.len();
-        Ok((1..=m)
-            .into_par_iter()
-            .map(|s| evaluate_schedule(graph, revolve_schedule(graph, &fwd, s)))
-            .collect())
+        let eval = |s: usize| evaluate_schedule(graph, revolve_schedule(graph, &fwd, s));
+        if m <= EXHAUSTIVE_SLOTS {
+            return Ok((1..=m).into_par_iter().map(eval).collect());
+        }
+        let mut out = vec![eval(1)];
+        let Some(budget) = budget else {
+            return Ok(out);
+        };
+        out.push(eval(m));
+        let (mut lo, mut hi) = (1usize, m);
+        if out[0].peak > budget || out[1].peak <= budget {
+            return Ok(out);
+        }
+        // Invariant: s = lo fits, s = hi does not.
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let e = eval(mid);
+            if e.peak <= budget {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+            out.push(e);
+        }
+        Ok(out)
     }
 
     /// The Revolve schedule with `slots` snapshot slots (one holds the static input), if the forward
@@ -366,11 +394,15 @@ impl Strategy for Griewank {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, _options: &SolveOptions) -> Result<Outcome> {
-        Ok(best_within(graph, &Self::frontier(graph)?, budget_bytes))
+        Ok(best_within(
+            graph,
+            &Self::frontier(graph, Some(budget_bytes))?,
+            budget_bytes,
+        ))
     }
 
     fn least_feasible_budget(&self, graph: &Graph, _options: &SolveOptions) -> Result<Option<u64>> {
-        Ok(least_peak(&Self::frontier(graph)?))
+        Ok(least_peak(&Self::frontier(graph, None)?))
     }
 }
 

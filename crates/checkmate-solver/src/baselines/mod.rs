@@ -171,11 +171,13 @@ pub(crate) fn best_within(graph: &Graph, candidates: &[Evaluated], budget: u64) 
             plan: Some(e.schedule.to_plan(graph)),
             status: Status::Feasible,
             lower_bound: None,
+            limit: None,
         },
         None => Outcome {
             plan: None,
             status: Status::NoPlanFound,
             lower_bound: None,
+            limit: None,
         },
     }
 }

@@ -35,6 +35,7 @@ impl Strategy for CheckpointAll {
             // Every node computed once: no plan is cheaper.
             status: Status::Optimal,
             lower_bound: Some(graph.total_cost()),
+            limit: None,
         })
     }
 
@@ -75,6 +76,7 @@ impl Strategy for CheckpointLast {
             plan: Some(Self::schedule(graph).to_plan(graph)),
             status: Status::Feasible,
             lower_bound: None,
+            limit: None,
         })
     }
 

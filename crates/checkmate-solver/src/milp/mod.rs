@@ -11,6 +11,7 @@
 //! solved again with the budget reduced by the overshoot.
 
 pub(crate) mod model;
+pub use model::{ModelSize, HIGHS_BYTES_PER_MODEL_BYTE};
 pub(crate) mod run;
 pub(crate) mod warm;
 
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use checkmate_graph::{Graph, Plan, Schedule};
 
 use crate::error::Result;
-use crate::strategy::{Formulation, LeastKnown, Outcome, SolveOptions, Status, Strategy};
+use crate::strategy::{Formulation, LeastKnown, Limit, Outcome, SolveOptions, Status, Strategy};
 use model::{BudgetMode, Model};
 use run::{RunOptions, RunStatus};
 
@@ -126,6 +127,23 @@ fn lp_round_incumbent(
         (peak <= budget).then_some(inc)
     });
     (inc, out.lower_bound)
+}
+
+/// [`Limit::Memory`] when the model of `graph` (`integer`: the MILP, else the LP) is estimated
+/// to need more than the options' memory limit ([`model::estimate`]).
+pub(crate) fn model_over_memory(
+    graph: &Graph,
+    formulation: Formulation,
+    integer: bool,
+    options: &SolveOptions,
+) -> Option<Limit> {
+    let size = model::estimate(graph, formulation, integer);
+    let (need, limit) = (size.solve_bytes(), options.solver_memory());
+    tracing::debug!(?size, need, limit, integer, "model size estimate");
+    (need > limit).then_some(Limit::Memory {
+        model_bytes: need,
+        limit_bytes: limit,
+    })
 }
 
 /// Relative gaps above the LP bound tried as cutoffs before the plain solve (see [`Milp`]).
@@ -391,7 +409,9 @@ pub(crate) fn least_feasible_with_plan(
         time_limit: Some(limit),
         ..options.clone()
     };
-    if !crate::lp_round::lp_attempted(graph, &with_limit) {
+    if !crate::lp_round::lp_attempted(graph, &with_limit)
+        || model_over_memory(graph, options.formulation, true, options).is_some()
+    {
         // The min-peak model of such a graph (500k+ rows) takes longer than the time limit to
         // build and presolve (HiGHS's presolve does not stop at it): the bound stays the floor.
         tracing::debug!(
@@ -468,6 +488,28 @@ impl Strategy for Milp {
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
         let start = Instant::now();
+        if let Some(limit) = model_over_memory(graph, options.formulation, true, options) {
+            // The exact model would not fit: the memory-cheap paths only (the baselines and
+            // lp-round, which skips its LP too), no bound.
+            tracing::info!(%limit, "milp: not building the exact model");
+            let mut inc = best_heuristic(graph, budget_bytes, options);
+            let (lp_inc, _) = lp_round_incumbent(graph, budget_bytes, options, start);
+            if let Some(l) = lp_inc {
+                if inc.as_ref().map_or(true, |b| l.cost < b.cost) {
+                    inc = Some(l);
+                }
+            }
+            return Ok(Outcome {
+                status: if inc.is_some() {
+                    Status::Feasible
+                } else {
+                    Status::NoPlanFound
+                },
+                plan: inc.map(|b| b.plan),
+                lower_bound: None,
+                limit: Some(limit),
+            });
+        }
         let mut incumbent = if options.warm_start {
             best_heuristic(graph, budget_bytes, options)
         } else {
@@ -521,6 +563,7 @@ impl Strategy for Milp {
                 match (res.status, res.best) {
                     (RunStatus::Optimal, Some(b)) if b.cost < c => {
                         return Ok(Outcome {
+                            limit: None,
                             lower_bound: Some(
                                 res.lower_bound
                                     .unwrap_or(b.cost)
@@ -576,26 +619,31 @@ impl Strategy for Milp {
             b.max(graph.total_cost())
                 .min(res.best.as_ref().map_or(f64::INFINITY, |b| b.cost))
         });
+        let limit = (res.status == RunStatus::TimeLimit).then_some(Limit::Time);
         Ok(match (res.status, res.best) {
             (RunStatus::Optimal, Some(b)) => Outcome {
                 plan: Some(b.plan),
                 status: Status::Optimal,
                 lower_bound,
+                limit,
             },
             (RunStatus::Infeasible, None) | (RunStatus::Optimal, None) => Outcome {
                 plan: None,
                 status: Status::Infeasible,
                 lower_bound: None,
+                limit,
             },
             (_, Some(b)) => Outcome {
                 plan: Some(b.plan),
                 status: Status::Feasible,
                 lower_bound,
+                limit,
             },
             (RunStatus::TimeLimit, None) => Outcome {
                 plan: None,
                 status: Status::Timeout,
                 lower_bound,
+                limit,
             },
         })
     }

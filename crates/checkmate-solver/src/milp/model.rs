@@ -629,3 +629,199 @@ impl Model {
         }
     }
 }
+
+/// The size of a model before it is built ([`estimate`]): columns, rows and non-zeros, counted
+/// as [`Model::build_at_scale`] creates them (the memory rows' terms bounded from above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelSize {
+    /// Nodes of the graph (the `R` and `S` index arrays hold `2 n^2` entries).
+    pub nodes: u64,
+    /// Columns.
+    pub cols: u64,
+    /// Rows.
+    pub rows: u64,
+    /// Non-zeros of the constraint matrix.
+    pub nonzeros: u64,
+}
+
+/// Bytes HiGHS holds per byte of the model it is given (its own row- and column-wise copies,
+/// presolve's reduced copy, the LP factorization and the branch-and-bound's tree and cuts),
+/// measured as peak resident memory over [`ModelSize::model_bytes`] on chains and random layered
+/// graphs of 200 to 1000 nodes (docs/FORMULATION.md, "Memory"), with a margin.
+pub const HIGHS_BYTES_PER_MODEL_BYTE: u64 = 8;
+
+impl ModelSize {
+    /// Bytes of the model's arrays as HiGHS receives them: 8-byte values and 4-byte indices per
+    /// non-zero (twice: row- and column-wise), 33 bytes per column, 24 per row.
+    pub fn model_bytes(&self) -> u64 {
+        24 * self.nonzeros + 33 * self.cols + 24 * self.rows
+    }
+
+    /// Bytes a solve of this model needs in all: our arrays (the `R`/`S` index maps, columns and
+    /// rows as built) and HiGHS's ([`HIGHS_BYTES_PER_MODEL_BYTE`] per model byte).
+    pub fn solve_bytes(&self) -> u64 {
+        let ours =
+            16 * self.nodes * self.nodes + 41 * self.cols + 24 * self.rows + 12 * self.nonzeros;
+        ours.saturating_add(HIGHS_BYTES_PER_MODEL_BYTE.saturating_mul(self.model_bytes()))
+    }
+}
+
+/// The size of [`Model::build`]'s model of `graph` in `formulation` (`integer`: the MILP, else
+/// its LP relaxation), without building it: one pass over the stages, `O(n (n + edges))` time
+/// and `O(n)` memory.
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn estimate(graph: &Graph, formulation: Formulation, integer: bool) -> ModelSize {
+    let n = graph.len();
+    let facts = Facts::of(graph);
+    let paper = formulation == Formulation::Paper;
+    let (mut cols, mut rows, mut nnz) = (0u64, 0u64, 0u64);
+    // Which R[t, i] and S[t, i] exist (column or fixed 1) in stage t, and S of stage t + 1.
+    let mut r = vec![false; n];
+    let mut s = vec![false; n];
+    let mut s_next = vec![false; n];
+    let keep = |t: usize, i: usize| {
+        if paper {
+            i < t
+        } else {
+            facts.keep_useful(t, i)
+        }
+    };
+    for t in 0..n {
+        r.iter_mut().for_each(|x| *x = false);
+        if paper {
+            r[..=t].iter_mut().for_each(|x| *x = true);
+        } else {
+            r[t] = true;
+            for v in 0..t {
+                if facts.keep_useful(t + 1, v) {
+                    r[v] = true;
+                }
+            }
+            for i in (0..=t).rev() {
+                if r[i] {
+                    for &p in graph.preds(i) {
+                        r[p] = true;
+                    }
+                }
+            }
+        }
+        for i in 0..n {
+            s[i] = keep(t, i);
+            s_next[i] = t + 1 < n && keep(t + 1, i);
+        }
+        let r_cols = (0..=t).filter(|&i| r[i] && (paper || i < t)).count() as u64;
+        let s_cols = (0..t).filter(|&i| s[i]).count() as u64;
+        cols += r_cols + s_cols;
+        // Kept tensors were kept or computed in the stage before (rows of stage t - 1's S).
+        let keep_rows = (0..=t).filter(|&i| s_next[i]).count() as u64;
+        rows += keep_rows;
+        nnz += 3 * keep_rows;
+        // Inputs are resident.
+        let input_rows: u64 = (0..=t)
+            .filter(|&k| r[k])
+            .map(|k| graph.preds(k).len() as u64)
+            .sum();
+        rows += input_rows;
+        nnz += 3 * input_rows;
+        if !paper && integer {
+            // No useless work.
+            for i in 0..t {
+                let later = graph.succs(i).iter().filter(|&&j| j <= t).count() as u64;
+                let each = 2 + later;
+                let count = u64::from(r[i]) + u64::from(s[i]);
+                rows += count;
+                nnz += count * each;
+            }
+        }
+        // FREE columns and their rows, then the U chain.
+        let mut prev_frees = 0u64;
+        let mut first = true;
+        for k in 0..=t {
+            if !r[k] {
+                continue;
+            }
+            let mut frees = 0u64;
+            for &i in graph.preds(k) {
+                // (A later compute of the stage, `t` itself, surely reads `i`: no FREE.)
+                if !paper && ((!r[i] && !s[i]) || (k < t && graph.succs(i).contains(&t))) {
+                    continue;
+                }
+                let later = graph.succs(i).iter().filter(|&&j| j > k && j <= t).count() as u64;
+                frees += 1;
+                if paper {
+                    rows += 2;
+                    nnz += 2 * (3 + later);
+                } else {
+                    let count = 2 + later;
+                    rows += count;
+                    nnz += 2 * count;
+                }
+            }
+            cols += frees + 1;
+            rows += 2;
+            nnz += 2 + if first { s_cols } else { 1 + prev_frees } + 3;
+            prev_frees = frees;
+            first = false;
+        }
+        if !paper && integer {
+            // Rules 11 and 12: at most one row per tensor of the stage, one knapsack row.
+            rows += t as u64 + 1;
+            nnz += s_cols + (0..=t).filter(|&i| s_next[i]).count() as u64 + 2 * t as u64;
+        }
+    }
+    ModelSize {
+        nodes: n as u64,
+        cols,
+        rows,
+        nonzeros: nnz,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use checkmate_graph::generate::{random_layered, with_backward, LayeredParams};
+
+    /// The estimate counts columns exactly in the default formulation and bounds rows and
+    /// non-zeros from above, not by much.
+    #[test]
+    fn estimate_matches_the_built_model() {
+        for seed in 0..6u64 {
+            let f = random_layered(&LayeredParams::moccasin(12 + 5 * seed as usize, 0.3), seed)
+                .unwrap();
+            for g in [f.clone(), with_backward(&f).unwrap()] {
+                for (formulation, integer) in [
+                    (Formulation::Fast, true),
+                    (Formulation::Fast, false),
+                    (Formulation::Paper, true),
+                ] {
+                    let budget = g.nodes().iter().map(|x| x.bytes).sum::<u64>() / 2;
+                    let m = Model::build(&g, BudgetMode::Bytes(budget), formulation, integer);
+                    let e = estimate(&g, formulation, integer);
+                    let what = format!("{} {formulation:?} integer={integer}", g.name());
+                    let (cols, rows, nnz) = (
+                        m.num_cols() as u64,
+                        m.num_rows() as u64,
+                        m.row_idx.len() as u64,
+                    );
+                    // (+1: the constant column of the default MILP.)
+                    assert!(
+                        e.cols <= cols + 1 && cols <= e.cols + 1,
+                        "{what}: cols {} vs {cols}",
+                        e.cols
+                    );
+                    assert!(
+                        e.rows >= rows && e.rows <= 2 * rows + 10,
+                        "{what}: rows {} vs {rows}",
+                        e.rows
+                    );
+                    assert!(
+                        e.nonzeros >= nnz && e.nonzeros <= 2 * nnz + 10,
+                        "{what}: non-zeros {} vs {nnz}",
+                        e.nonzeros
+                    );
+                }
+            }
+        }
+    }
+}
