@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use checkmate_graph::format_bytes;
+use checkmate_graph::{byte_unit, format_bytes};
 use checkmate_solver::sweep::{sweep, PointStatus, Sweep, SweepOptions, SweepPoint};
 use checkmate_solver::{strategy_by_name, Strategy, STRATEGY_NAMES};
 use clap::Args;
@@ -228,21 +228,6 @@ fn print_table(s: &Sweep) {
         "budgets are activation memory (add static memory for the total); {:.2} s",
         s.seconds
     );
-}
-
-/// The unit the table prints `bytes` in ([`format_bytes`]): its name and size.
-fn byte_unit(bytes: u64) -> (&'static str, f64) {
-    const K: f64 = 1024.0;
-    let x = bytes as f64;
-    if x >= K * K * K {
-        ("GiB", K * K * K)
-    } else if x >= K * K {
-        ("MiB", K * K)
-    } else if x >= K {
-        ("KiB", K)
-    } else {
-        ("B", 1.0)
-    }
 }
 
 /// One point of a drawn series: budget (in the plot's unit), overhead (%), proven optimal.

@@ -113,16 +113,25 @@ impl FromStr for Budget {
 
 /// `1.50 GiB`-style rendering of a byte count.
 pub fn format_bytes(b: u64) -> String {
+    match byte_unit(b) {
+        ("B", _) => format!("{b} B"),
+        (unit, size) => format!("{:.2} {unit}", b as f64 / size),
+    }
+}
+
+/// The binary unit [`format_bytes`] writes `b` in: its name (`B`, `KiB`, `MiB` or `GiB`) and its
+/// size in bytes (e.g. for a plot's axis in the unit a table uses).
+pub fn byte_unit(b: u64) -> (&'static str, f64) {
     const K: f64 = 1024.0;
     let x = b as f64;
     if x >= K * K * K {
-        format!("{:.2} GiB", x / (K * K * K))
+        ("GiB", K * K * K)
     } else if x >= K * K {
-        format!("{:.2} MiB", x / (K * K))
+        ("MiB", K * K)
     } else if x >= K {
-        format!("{:.2} KiB", x / K)
+        ("KiB", K)
     } else {
-        format!("{b} B")
+        ("B", 1.0)
     }
 }
 

@@ -44,7 +44,7 @@ mod simulate;
 
 pub use fixedbitset::FixedBitSet;
 
-pub use budget::{format_bytes, Budget};
+pub use budget::{byte_unit, format_bytes, Budget};
 pub use error::{Error, PlanError, Result};
 pub use graph::{Graph, Node, NodeIdx, NodeKind, NodeSpec};
 pub use io::GRAPH_FORMAT;

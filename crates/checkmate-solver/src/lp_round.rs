@@ -170,9 +170,15 @@ fn default_limit(graph: &Graph, options: &SolveOptions) -> Duration {
 /// [`MAX_LP_NODES`] when the caller gives at least [`LONG_LIMIT`] (ResNet50's LP, 353 nodes and
 /// 480k rows, did not solve within 12 s on one core, and its plans came from the other steps).
 pub(crate) fn lp_attempted(graph: &Graph, options: &SolveOptions) -> bool {
-    (graph.len() <= DEFAULT_LP_NODES
-        || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES))
+    lp_size_allowed(graph, options)
         && crate::milp::model_over_memory(graph, Formulation::Fast, false, options).is_none()
+}
+
+/// The node-count part of [`lp_attempted`]: up to [`DEFAULT_LP_NODES`], or [`MAX_LP_NODES`]
+/// under a [`LONG_LIMIT`].
+fn lp_size_allowed(graph: &Graph, options: &SolveOptions) -> bool {
+    graph.len() <= DEFAULT_LP_NODES
+        || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES)
 }
 
 /// A time limit long enough to try the LP of graphs above [`DEFAULT_LP_NODES`] nodes.
@@ -254,9 +260,7 @@ pub(crate) fn plan_lp_round(
     }
     let with_lp = lp_attempted(graph, options);
     // The LP (and the exact polish's MILP) skipped because it would not fit in memory.
-    let lp_sized = graph.len() <= DEFAULT_LP_NODES
-        || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES);
-    let mut memory_limit = if lp_sized && !with_lp {
+    let mut memory_limit = if lp_size_allowed(graph, options) && !with_lp {
         crate::milp::model_over_memory(graph, Formulation::Fast, false, options)
     } else {
         None

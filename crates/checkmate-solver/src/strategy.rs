@@ -280,7 +280,7 @@ pub fn solve(
     let start = Instant::now();
     // No plan of any strategy fits below the largest single-compute need (a node, its inputs and
     // its workspace live together): answer without running the strategy.
-    let outcome = if budget_bytes < graph.min_feasible_activation_bytes() {
+    let mut outcome = if budget_bytes < graph.min_feasible_activation_bytes() {
         Outcome {
             plan: None,
             status: Status::Infeasible,
@@ -298,7 +298,6 @@ pub fn solve(
         })?),
         None => None,
     };
-    let mut outcome = outcome;
     let mut from_incumbent = false;
     if let Some((plan, sim)) = cheapest_incumbent(graph, &options.incumbents, budget_bytes) {
         let own = simulation

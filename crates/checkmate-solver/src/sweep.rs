@@ -265,21 +265,30 @@ pub fn sweep(
             .filter(|&k| !highs[k % per] && !chained[k % per])
             .map(|k| vec![k]),
     );
+    // A chained strategy's first incumbent: the plan at its least known budget, with its cost
+    // and peak (simulated once here, not per job).
+    let seeds: Vec<Option<(f64, Plan, u64)>> = least_plans
+        .into_iter()
+        .zip(&chained)
+        .map(|(plan, &chain)| {
+            let plan = plan.filter(|_| chain)?;
+            let sim = checkmate_graph::simulate(graph, &plan).ok()?;
+            Some((sim.cost, plan, sim.peak_bytes))
+        })
+        .collect();
     let run_job = |job: Vec<usize>| {
-        // Per strategy: the cheapest plan so far, its cost and its budget; at first, the plan
-        // at the strategy's least known budget.
-        let mut best: Vec<Option<(f64, Plan, u64)>> = (0..per)
-            .map(|s| {
-                let plan = least_plans[s].clone()?;
-                let sim = checkmate_graph::simulate(graph, &plan).ok()?;
-                Some((sim.cost, plan, sim.peak_bytes))
-            })
-            .collect();
+        // Per chained strategy of the job: the cheapest plan so far, its cost and its budget.
+        let mut best: Vec<Option<(f64, Plan, u64)>> = vec![None; per];
+        for &k in &job {
+            if best[k % per].is_none() {
+                best[k % per] = seeds[k % per].clone();
+            }
+        }
         job.into_iter()
             .map(|k| {
                 let (s, budget) = (k % per, budgets[k / per]);
                 let mut opts = options.solve.clone();
-                let given = best[s].as_ref().filter(|_| chained[s]);
+                let given = best[s].as_ref();
                 if let Some((_, plan, _)) = given {
                     opts.incumbents.push(plan.clone());
                 }
@@ -288,7 +297,7 @@ pub fn sweep(
                     // The least known budget's plan, at that budget, is the strategy's own.
                     p.carried_from = given.map(|g| g.2).filter(|&from| from < budget);
                 }
-                if let (Some(cost), Some(plan)) = (p.cost, plan) {
+                if let (Some(cost), Some(plan), true) = (p.cost, plan, chained[s]) {
                     if best[s].as_ref().map_or(true, |b| cost < b.0) {
                         best[s] = Some((cost, plan, budget));
                     }
@@ -359,8 +368,8 @@ fn monotone(points: &mut [SweepPoint], per: usize, mip_gap: f64) {
                 (Some(x), Some(y)) => Some(x.max(y)),
                 (x, y) => x.or(y),
             };
-            if p.cost.is_some() {
-                p.lower_bound = bound.map(|l| l.min(p.cost.unwrap_or(l)));
+            if let Some(c) = p.cost {
+                p.lower_bound = bound.map(|l| l.min(c));
             }
             if let (Some(c), Some(l), PointStatus::Solved(Status::Feasible | Status::Timeout)) =
                 (p.cost, bound, p.status)

@@ -489,16 +489,13 @@ impl Strategy for Milp {
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
         let start = Instant::now();
         if let Some(limit) = model_over_memory(graph, options.formulation, true, options) {
-            // The exact model would not fit: the memory-cheap paths only (the baselines and
-            // lp-round, which skips its LP too), no bound.
+            // The exact model would not fit: the memory-cheap paths only, no bound. lp-round
+            // (which skips its LP too) starts from the best baseline and only improves it; the
+            // baselines alone when it had no time.
             tracing::info!(%limit, "milp: not building the exact model");
-            let mut inc = best_heuristic(graph, budget_bytes, options);
-            let (lp_inc, _) = lp_round_incumbent(graph, budget_bytes, options, start);
-            if let Some(l) = lp_inc {
-                if inc.as_ref().map_or(true, |b| l.cost < b.cost) {
-                    inc = Some(l);
-                }
-            }
+            let inc = lp_round_incumbent(graph, budget_bytes, options, start)
+                .0
+                .or_else(|| best_heuristic(graph, budget_bytes, options));
             return Ok(Outcome {
                 status: if inc.is_some() {
                     Status::Feasible

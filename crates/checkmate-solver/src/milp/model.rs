@@ -113,6 +113,26 @@ impl Facts {
         Facts { last_desc }
     }
 
+    /// Sets `useful` (length `n`) to the computes that can matter in stage `t` of the default
+    /// formulation: `t` itself and the ancestors of `t` and of the tensors that may be kept into
+    /// `t + 1`.
+    pub(crate) fn useful_computes(&self, graph: &Graph, t: usize, useful: &mut [bool]) {
+        useful.iter_mut().for_each(|u| *u = false);
+        useful[t] = true;
+        for (v, u) in useful.iter_mut().enumerate().take(t) {
+            if self.keep_useful(t + 1, v) {
+                *u = true;
+            }
+        }
+        for i in (0..=t).rev() {
+            if useful[i] {
+                for &p in graph.preds(i) {
+                    useful[p] = true;
+                }
+            }
+        }
+    }
+
     /// Whether keeping `i` into stage `t` can ever matter: only nodes that descend from `i` read
     /// it, directly or through recomputation, and a stage computes only ancestors of nodes at or
     /// after it; so `i` must have a descendant at stage `t` or later.
@@ -256,22 +276,7 @@ impl Model {
                     m.s[t * n + i] = Var::Col(c);
                 }
             } else {
-                // Computes that can matter in stage t: ancestors of t and of the tensors that
-                // may be kept into t + 1.
-                useful.iter_mut().for_each(|u| *u = false);
-                useful[t] = true;
-                for v in 0..t {
-                    if facts.keep_useful(t + 1, v) {
-                        useful[v] = true;
-                    }
-                }
-                for i in (0..=t).rev() {
-                    if useful[i] {
-                        for &p in graph.preds(i) {
-                            useful[p] = true;
-                        }
-                    }
-                }
+                facts.useful_computes(graph, t, &mut useful);
                 m.r[t * n + t] = Var::One;
                 for i in 0..t {
                     if useful[i] {
@@ -687,23 +692,10 @@ pub(crate) fn estimate(graph: &Graph, formulation: Formulation, integer: bool) -
         }
     };
     for t in 0..n {
-        r.iter_mut().for_each(|x| *x = false);
         if paper {
-            r[..=t].iter_mut().for_each(|x| *x = true);
+            r.iter_mut().enumerate().for_each(|(i, x)| *x = i <= t);
         } else {
-            r[t] = true;
-            for v in 0..t {
-                if facts.keep_useful(t + 1, v) {
-                    r[v] = true;
-                }
-            }
-            for i in (0..=t).rev() {
-                if r[i] {
-                    for &p in graph.preds(i) {
-                        r[p] = true;
-                    }
-                }
-            }
+            facts.useful_computes(graph, t, &mut r);
         }
         for i in 0..n {
             s[i] = keep(t, i);
