@@ -152,8 +152,13 @@ fn lp_round_is_within_five_percent_where_it_once_failed() {
         let g = Graph::read(format!("{dir}/{file}")).unwrap();
         let budget = case["budget_bytes"].as_u64().unwrap();
         let optimum = case["optimal_cost"].as_f64().unwrap();
-        // lp-round's default time limit for graphs of this size (0.25 s per node, at least 8 s).
-        let limit = (g.len() as f64 * 0.25).max(8.0);
+        // Three times lp-round's default limit for graphs of this size (0.25 s per node, at least
+        // 8 s): this test asserts the quality of the plan, not its speed. Within the default limit
+        // the polish MILP reached 5% alone, but not when `cargo xtask ci` ran other test binaries
+        // on the same two cores (it failed at 11 s there); the time lp-round takes is measured by
+        // `cargo xtask bench solver`. A proven optimum ends the solve early, so the longer limit
+        // costs nothing where the plan is settled.
+        let limit = 3.0 * (g.len() as f64 * 0.25).max(8.0);
         let sol = run(&g, "lp-round", budget, limit)
             .unwrap_or_else(|e| panic!("{file} at {budget}: {e}"));
         let cost = sol.cost().unwrap();
