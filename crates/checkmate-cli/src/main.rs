@@ -3,7 +3,6 @@
 mod common;
 mod generate_cmd;
 mod graph_cmd;
-mod heap;
 mod max_batch_cmd;
 mod profile_cmd;
 mod simulate_cmd;
@@ -15,7 +14,7 @@ use clap::{Parser, Subcommand};
 
 /// Counts heap bytes so `train` and `max-batch` can report the process's real peak.
 #[global_allocator]
-static HEAP: heap::Counting = heap::Counting;
+static HEAP: checkmate_executor::heap::Counting = checkmate_executor::heap::Counting;
 
 /// Tensor rematerialization: train with less memory by recomputing activations.
 #[derive(Debug, Parser)]

@@ -13,8 +13,8 @@ use clap::Args;
 use serde_json::json;
 
 use crate::common::{print_json, ModelArgs, SolverArgs};
-use crate::heap;
 use crate::train_cmd::parse_device;
+use checkmate_executor::heap;
 
 /// Arguments of `checkmate max-batch`.
 #[derive(Debug, Args)]

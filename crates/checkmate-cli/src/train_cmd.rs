@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use crate::common::{print_json, resolve_budget, ModelArgs, OptimizerArg, SolverArgs};
-use crate::heap;
+use checkmate_executor::heap;
 
 /// Arguments of `checkmate train`.
 #[derive(Debug, Args)]
@@ -56,6 +56,12 @@ pub struct TrainArgs {
     /// time overhead and to check that recomputation leaves the weights bitwise unchanged (0 skips).
     #[arg(long, default_value_t = 2)]
     pub baseline_steps: u64,
+    /// Make the budget a hard cap on the process heap during the plan's steps: training stops
+    /// with an error naming the first node whose step takes the heap (above the program's own)
+    /// over the budget. Off by default while kernel workspace is modelled for convolutions only
+    /// (docs/MEMORY.md).
+    #[arg(long)]
+    pub enforce_budget: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -170,7 +176,35 @@ struct Run {
     heap_peak: u64,
     /// Heap high-water mark including the optimizer updates.
     heap_peak_with_update: u64,
+    /// The step whose heap most exceeded what the plan models there: (bytes, node label).
+    worst_unmodelled: Option<(u64, String)>,
     checksum_at: Option<u64>,
+}
+
+/// The bytes of `report`'s steps that the plan does not model, worst first: the heap above
+/// `heap_base` minus static memory, live bytes and the node's workspace.
+fn worst_unmodelled(
+    graph: &Graph,
+    plan: &Plan,
+    report: &StepReport,
+    heap_base: u64,
+) -> Option<(u64, String)> {
+    let start = report.heap_at_start.saturating_sub(heap_base);
+    report
+        .heap_during_step
+        .iter()
+        .zip(&plan.steps)
+        .enumerate()
+        .map(|(k, (&h, s))| {
+            let (checkmate_graph::Step::Compute(v) | checkmate_graph::Step::Free(v)) = *s;
+            let ws = match s {
+                checkmate_graph::Step::Compute(_) => graph.node(v).workspace_bytes,
+                checkmate_graph::Step::Free(_) => 0,
+            };
+            let modelled = graph.static_bytes() + report.predicted_live[k] + ws;
+            ((start + h).saturating_sub(modelled), graph.label(v))
+        })
+        .max_by_key(|(b, _)| *b)
 }
 
 /// Trains `steps` steps of `plan`; `checksum_after` records the weights' checksum after that many
@@ -192,6 +226,7 @@ fn run_steps(
         step_seconds: Vec::with_capacity(steps as usize),
         heap_peak: 0,
         heap_peak_with_update: 0,
+        worst_unmodelled: None,
         checksum_at: None,
     };
     for k in 0..steps {
@@ -202,6 +237,15 @@ fn run_steps(
             .run_plan(plan, &batch)
             .with_context(|| format!("training step {k}"))?;
         run.heap_peak = run.heap_peak.max(heap::peak().saturating_sub(heap_base));
+        if let Some(w) = worst_unmodelled(exec.graph(), plan, &report, heap_base) {
+            if run
+                .worst_unmodelled
+                .as_ref()
+                .map_or(true, |(b, _)| w.0 > *b)
+            {
+                run.worst_unmodelled = Some(w);
+            }
+        }
         optimizer.step(exec)?;
         drop(batch);
         let seconds = started.elapsed().as_secs_f64();
@@ -315,6 +359,15 @@ pub fn run(args: TrainArgs) -> Result<()> {
         exec = new_exec()?;
     }
 
+    if args.enforce_budget {
+        let limit = chosen.budget_bytes.ok_or_else(|| {
+            anyhow::anyhow!("--enforce-budget needs a budget: the plan file states none")
+        })?;
+        exec.set_heap_limit(Some(checkmate_executor::HeapLimit {
+            base: heap_base,
+            limit,
+        }))?;
+    }
     let bar = progress_bar(args.steps, &chosen.strategy);
     let run = run_steps(
         &mut exec,
@@ -422,6 +475,9 @@ fn report(
             "measured_overhead": measured_overhead,
             "baseline_step_seconds": baseline.as_ref().map(|b| b.step_seconds.clone()),
             "baseline_heap_peak_bytes": baseline.as_ref().map(|b| b.heap_peak),
+            "unmodelled_bytes": run.worst_unmodelled.as_ref().map(|w| w.0),
+            "unmodelled_node": run.worst_unmodelled.as_ref().map(|w| w.1.clone()),
+            "budget_enforced": args.enforce_budget,
             "params_checksum": format!("{checksum:016x}"),
             "params_match_checkpoint_all": params_match,
             "solve_seconds": chosen.solve_seconds,
@@ -463,6 +519,17 @@ fn report(
         println!(
             "             checkpoint-all heap peak {}",
             format_bytes(b.heap_peak)
+        );
+    }
+    if let Some((bytes, node)) = &run.worst_unmodelled {
+        println!(
+            "             unmodelled: at most {} above static + live + workspace (at {node}){}",
+            format_bytes(*bytes),
+            if args.enforce_budget {
+                "; budget enforced on the heap"
+            } else {
+                ""
+            }
         );
     }
     println!(

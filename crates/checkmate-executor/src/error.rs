@@ -51,6 +51,27 @@ pub enum Error {
         /// Bytes from `simulate(...).live_after_step`.
         predicted: u64,
     },
+    /// A step took the process heap over the [`HeapLimit`](crate::HeapLimit): memory the
+    /// training graph does not model (a model bug), or a limit below static memory.
+    #[error(
+        "step {step} ({node}): the heap reached {seen} bytes above the base, over the limit of \
+         {limit}; the plan models {modelled} bytes at this step (static + live + workspace), so \
+         {unmodelled} bytes are not in the model"
+    )]
+    OverHeapLimit {
+        /// Step index.
+        step: usize,
+        /// Node of that step.
+        node: String,
+        /// The limit, bytes above the base.
+        limit: u64,
+        /// Heap bytes above the base measured during the step.
+        seen: u64,
+        /// Static memory plus the simulator's live bytes and the node's workspace at this step.
+        modelled: u64,
+        /// `seen - modelled` (0 when the model covers what was seen).
+        unmodelled: u64,
+    },
     /// The batch does not fit the network.
     #[error("bad batch: {0}")]
     Batch(String),

@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result, TensorContext};
+use crate::heap;
 use crate::kernels as k;
 use crate::memory::{owned, storage_of};
 
@@ -39,17 +40,33 @@ pub struct StepReport {
     pub predicted_peak: u64,
     /// Compute steps run.
     pub computes: usize,
+    /// Heap bytes in use at the high-water mark of every plan step, above the heap in use when
+    /// the plan started (it already held the parameters, gradients, optimizer state and batch);
+    /// empty unless [`heap::Counting`] is the global allocator.
+    pub heap_during_step: Vec<u64>,
+    /// The heap in use when the plan started, bytes (0 without [`heap::Counting`]).
+    pub heap_at_start: u64,
     /// Wall-clock seconds of every plan step (the kernel of a `compute`, ~0 for a `free`); on an
     /// asynchronous device the device is synchronized after each step first.
     pub step_seconds: Vec<f64>,
 }
 
+/// A hard cap on the process heap during a plan (needs [`heap::Counting`] as the global
+/// allocator): [`Executor::run_plan`] fails with [`Error::OverHeapLimit`] at the first step whose
+/// heap high-water mark, above `base`, exceeds `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeapLimit {
+    /// Heap bytes that do not count (in use before the executor was built: the program itself).
+    pub base: u64,
+    /// The budget above `base`: static memory, activations and workspace together.
+    pub limit: u64,
+}
+
 /// Runs plans of a network's training graph on candle tensors.
 ///
 /// Holds the parameters and their gradients (static memory); activations live only in the
-/// registers of [`Executor::run_plan`], one per graph node. A clone shares the parameter
-/// tensors (never modified in place) and trains independently from there.
-#[derive(Debug, Clone)]
+/// registers of [`Executor::run_plan`], one per graph node. [`Executor::try_clone`] copies it.
+#[derive(Debug)]
 pub struct Executor {
     net: Network,
     tg: TrainingGraph,
@@ -58,8 +75,42 @@ pub struct Executor {
     params: Vec<Vec<Tensor>>,
     grads: Vec<Vec<Option<Tensor>>>,
     check_memory: bool,
+    heap_limit: Option<HeapLimit>,
     seed: u64,
     steps_run: u64,
+}
+
+impl Executor {
+    /// A copy that trains independently from here: the parameters and gradients are copied into
+    /// fresh storages (the optimizer updates them in place).
+    pub fn try_clone(&self) -> Result<Executor> {
+        // Fresh storages, so that an in-place update of one copy leaves the other unchanged.
+        let copy = |t: &Tensor| t.copy().ctx(|| "copying the executor's tensors".into());
+        Ok(Executor {
+            net: self.net.clone(),
+            tg: self.tg.clone(),
+            device: self.device.clone(),
+            dtype: self.dtype,
+            params: self
+                .params
+                .iter()
+                .map(|ps| ps.iter().map(copy).collect::<Result<Vec<_>>>())
+                .collect::<Result<Vec<_>>>()?,
+            grads: self
+                .grads
+                .iter()
+                .map(|gs| {
+                    gs.iter()
+                        .map(|g| g.as_ref().map(copy).transpose())
+                        .collect::<Result<Vec<_>>>()
+                })
+                .collect::<Result<Vec<_>>>()?,
+            check_memory: self.check_memory,
+            heap_limit: self.heap_limit,
+            seed: self.seed,
+            steps_run: self.steps_run,
+        })
+    }
 }
 
 impl Executor {
@@ -116,6 +167,7 @@ impl Executor {
             params,
             grads,
             check_memory: true,
+            heap_limit: None,
             seed,
             steps_run: 0,
         })
@@ -125,6 +177,19 @@ impl Executor {
     /// simulator's (default `true`); when off, both series are still reported.
     pub fn set_check_memory(&mut self, on: bool) {
         self.check_memory = on;
+    }
+
+    /// Sets or clears the hard cap on the process heap during [`Executor::run_plan`]; fails when
+    /// the counting allocator is not installed (the heap could not be measured).
+    pub fn set_heap_limit(&mut self, limit: Option<HeapLimit>) -> Result<()> {
+        if limit.is_some() && !heap::installed() {
+            return Err(Error::Config(
+                "a heap limit needs checkmate_executor::heap::Counting as the global allocator"
+                    .into(),
+            ));
+        }
+        self.heap_limit = limit;
+        Ok(())
     }
 
     /// Training steps run so far (successful [`Executor::run_plan`] calls): with the seed, it picks
@@ -294,7 +359,16 @@ impl Executor {
         let mut step_seconds = Vec::with_capacity(plan.steps.len());
         let mut loss = f64::NAN;
         let sync = !self.device.is_cpu();
+        let counting = heap::installed() && self.device.is_cpu();
+        let outer_peak = heap::peak();
+        let heap_at_start = if counting { heap::current() } else { 0 };
+        let mut heap_during_step = Vec::new();
+        let mut heap_high = 0;
+        let static_bytes = self.tg.graph.static_bytes();
         for (step, &s) in plan.steps.iter().enumerate() {
+            if counting {
+                heap::reset_peak();
+            }
             let started = Instant::now();
             match s {
                 Step::Compute(v) => {
@@ -342,6 +416,31 @@ impl Executor {
                     .ctx(|| "synchronizing the device".into())?;
             }
             step_seconds.push(started.elapsed().as_secs_f64());
+            if counting {
+                let high = heap::peak();
+                heap_high = heap_high.max(high);
+                heap_during_step.push(high.saturating_sub(heap_at_start));
+                if let Some(cap) = self.heap_limit {
+                    let seen = high.saturating_sub(cap.base);
+                    if seen > cap.limit {
+                        let (Step::Compute(v) | Step::Free(v)) = s;
+                        let ws = match s {
+                            Step::Compute(v) => self.tg.graph.node(v).workspace_bytes,
+                            Step::Free(_) => 0,
+                        };
+                        let modelled = static_bytes + sim.live_after_step[step] + ws;
+                        heap::raise_peak(outer_peak.max(heap_high));
+                        return Err(Error::OverHeapLimit {
+                            step,
+                            node: self.tg.graph.label(v),
+                            limit: cap.limit,
+                            seen,
+                            modelled,
+                            unmodelled: seen.saturating_sub(modelled),
+                        });
+                    }
+                }
+            }
             let predicted = sim.live_after_step[step];
             if self.check_memory && live != predicted {
                 let (Step::Compute(v) | Step::Free(v)) = s;
@@ -353,6 +452,9 @@ impl Executor {
                 });
             }
             measured_live.push(live);
+        }
+        if counting {
+            heap::raise_peak(outer_peak.max(heap_high));
         }
         // Side effects once per step: running statistics, then the step counter (dropout seeds).
         for (l, stats) in running.into_iter().enumerate() {
@@ -376,6 +478,8 @@ impl Executor {
             measured_peak,
             predicted_peak: sim.peak_bytes,
             computes: sim.computes,
+            heap_during_step,
+            heap_at_start,
             step_seconds,
         })
     }
@@ -476,8 +580,7 @@ impl Executor {
                 return Err(self.unsupported(l, "non-square transposed-convolution strides"));
             }
             Op::ConvTranspose2d(c) => {
-                let z = k::conv_transpose2d_forward(x, &ps[0], ps.get(1), c).ctx(ctx)?;
-                k::activation_forward(&z, c.activation, 1).ctx(ctx)?
+                k::conv_transpose2d_forward_act(x, &ps[0], ps.get(1), c, c.activation).ctx(ctx)?
             }
             Op::LayerNorm { epsilon } => {
                 k::layer_norm_forward(x, &ps[0], &ps[1], *epsilon).ctx(ctx)?
@@ -499,8 +602,7 @@ impl Executor {
                 k::activation_forward(&z, d.activation, rank - 1).ctx(ctx)?
             }
             Op::Conv2d(c) => {
-                let z = k::conv2d_forward(x, &ps[0], ps.get(1), c).ctx(ctx)?;
-                k::activation_forward(&z, c.activation, 1).ctx(ctx)?
+                k::conv2d_forward_act(x, &ps[0], ps.get(1), c, c.activation).ctx(ctx)?
             }
             Op::Activation(a) => k::activation_forward(x, *a, 1).ctx(ctx)?,
             Op::Flatten | Op::Reshape { .. } => x.reshape(layer.output.shape.dims()).ctx(ctx)?,

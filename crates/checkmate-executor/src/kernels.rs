@@ -4,7 +4,9 @@
 //! tests) and never records an autograd graph. Layouts follow `checkmate_models::op`: NCHW
 //! activations, `[out, in, kh, kw]` convolution kernels, `[out, in]` dense kernels.
 
-use candle_core::{DType, Device, Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor, WithDType};
+
+use crate::conv_cpu;
 use checkmate_models::{Activation, Conv2d, ConvTranspose2d, Pool2d};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -39,6 +41,7 @@ pub fn activation_backward(
 ) -> Result<Tensor> {
     match act {
         Activation::Linear => Ok(g.clone()),
+        Activation::Relu if conv_cpu::applies(g) && g.dims() == y.dims() => relu_backward_cpu(y, g),
         Activation::Relu => g.mul(&y.gt(0f64)?.to_dtype(g.dtype())?),
         Activation::Relu6 => {
             let inside = y.gt(0f64)?.mul(&y.lt(6f64)?)?;
@@ -63,6 +66,28 @@ pub fn activation_backward(
             let d = (((t + 1.0)? * 0.5)? + (x.mul(&sech2)?.mul(&dinner)? * 0.5)?)?;
             g.mul(&d)
         }
+    }
+}
+
+/// `g` where `y > 0`, else 0, in one pass allocating only the result (CPU).
+fn relu_backward_cpu(y: &Tensor, g: &Tensor) -> Result<Tensor> {
+    fn typed<T: WithDType>(y: &Tensor, g: &Tensor) -> Result<Tensor> {
+        conv_cpu::with_slice::<T, _>(y, |ys| {
+            conv_cpu::with_slice::<T, _>(g, |gs| {
+                let zero = T::from_f64(0.0);
+                let out: Vec<T> = ys
+                    .iter()
+                    .zip(gs)
+                    .map(|(&y, &g)| if y > zero { g } else { zero })
+                    .collect();
+                Tensor::from_vec(out, g.dims(), g.device())
+            })
+        })
+    }
+    match (y.dtype(), g.dtype()) {
+        (DType::F32, DType::F32) => typed::<f32>(y, g),
+        (DType::F64, DType::F64) => typed::<f64>(y, g),
+        _ => g.mul(&y.gt(0f64)?.to_dtype(g.dtype())?),
     }
 }
 
@@ -152,6 +177,26 @@ struct ConvGeom {
 }
 
 impl ConvGeom {
+    /// The same geometry for [`conv_cpu`].
+    fn chunked(&self) -> conv_cpu::Geom {
+        conv_cpu::Geom {
+            n: self.n,
+            cin: self.cin,
+            h: self.h,
+            w: self.w,
+            cout: self.cout,
+            kh: self.kh,
+            kw: self.kw,
+            oh: self.oh,
+            ow: self.ow,
+            stride: self.stride,
+            dilation: self.dilation,
+            top: self.top,
+            left: self.left,
+            groups: self.groups,
+        }
+    }
+
     fn new(x: &Tensor, w: &Tensor, c: &Conv2d) -> Result<ConvGeom> {
         let (n, cin, h, wd) = x.dims4()?;
         let (cout, cpg, kh, kw) = w.dims4()?;
@@ -243,7 +288,9 @@ fn add_channel_bias(z: Tensor, b: Option<&Tensor>) -> Result<Tensor> {
 pub fn conv2d_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &Conv2d) -> Result<Tensor> {
     let (_, _, h, wd) = x.dims4()?;
     let p = c.padding_for([h, wd]);
-    let z = if !candle_conv(c) {
+    let z = if conv_cpu::applies(x) {
+        return conv_cpu::forward(x, w, b, &ConvGeom::new(x, w, c)?.chunked(), false);
+    } else if !candle_conv(c) {
         let geo = ConvGeom::new(x, w, c)?;
         let xv = to_f64_vec(x)?;
         let wv = to_f64_vec(w)?;
@@ -259,6 +306,37 @@ pub fn conv2d_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>, c: &Conv2d) ->
         conv2d_same_stride(x, w, p, c.stride[0])?
     };
     add_channel_bias(z, b)
+}
+
+/// A convolution with its activation: on the CPU, ReLU (and no activation) are applied in place
+/// by the chunked kernel, so the output is the only activation-sized allocation.
+pub fn conv2d_forward_act(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    c: &Conv2d,
+    act: Activation,
+) -> Result<Tensor> {
+    if conv_cpu::applies(x) && matches!(act, Activation::Relu | Activation::Linear) {
+        let geo = ConvGeom::new(x, w, c)?.chunked();
+        return conv_cpu::forward(x, w, b, &geo, act == Activation::Relu);
+    }
+    activation_forward(&conv2d_forward(x, w, b, c)?, act, 1)
+}
+
+/// [`conv2d_forward_act`] for a transposed convolution.
+pub fn conv_transpose2d_forward_act(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    c: &ConvTranspose2d,
+    act: Activation,
+) -> Result<Tensor> {
+    if conv_cpu::applies(x) && matches!(act, Activation::Relu | Activation::Linear) {
+        let geo = transposed_geom(x, w, c, check_transpose(c)?)?;
+        return conv_cpu::data_grad(x, w, b, &geo, act == Activation::Relu);
+    }
+    activation_forward(&conv_transpose2d_forward(x, w, b, c)?, act, 1)
 }
 
 /// Output positions up to which [`conv2d_gemm`] beats candle's convolution (measured: candle's
@@ -302,6 +380,14 @@ pub fn conv2d_backward(
     bias: bool,
 ) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
     let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
+    if conv_cpu::applies(x) {
+        let geo = ConvGeom::new(x, w, c)?.chunked();
+        if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
+            candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
+        }
+        let (dx, dw) = conv_cpu::backward(x, w, g, &geo, need_dx)?;
+        return Ok((dx, dw, db));
+    }
     if !candle_conv(c) {
         let geo = ConvGeom::new(x, w, c)?;
         if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
@@ -519,8 +605,53 @@ pub fn conv_transpose2d_forward(
     c: &ConvTranspose2d,
 ) -> Result<Tensor> {
     let s = check_transpose(c)?;
+    if conv_cpu::applies(x) {
+        let geo = transposed_geom(x, w, c, s)?;
+        return conv_cpu::data_grad(x, w, b, &geo, false);
+    }
     let full = x.conv_transpose2d(&w.contiguous()?, 0, 0, s, 1)?;
     add_channel_bias(crop2d(&full, c.crop_for())?, b)
+}
+
+/// The convolution a transposed convolution transposes, for [`conv_cpu`]: its input is the
+/// cropped output (the crop as padding), its output `x`, its kernel `w` (`[in, out, kh, kw]` is a
+/// convolution kernel from `out` to `in` channels).
+fn transposed_geom(
+    x: &Tensor,
+    w: &Tensor,
+    c: &ConvTranspose2d,
+    s: usize,
+) -> Result<conv_cpu::Geom> {
+    let (n, cin, h, wd) = x.dims4()?;
+    let (win, cout, kh, kw) = w.dims4()?;
+    if win != cin {
+        candle_core::bail!(
+            "conv_transpose2d: kernel {:?} does not fit input {:?}",
+            w.dims(),
+            x.dims()
+        )
+    }
+    let crop = c.crop_for();
+    let full = [(h - 1) * s + kh, (wd - 1) * s + kw];
+    if crop[0] + crop[1] >= full[0] || crop[2] + crop[3] >= full[1] {
+        candle_core::bail!("conv_transpose2d: crop {crop:?} removes the whole output {full:?}")
+    }
+    Ok(conv_cpu::Geom {
+        n,
+        cin: cout,
+        h: full[0] - crop[0] - crop[1],
+        w: full[1] - crop[2] - crop[3],
+        cout: cin,
+        kh,
+        kw,
+        oh: h,
+        ow: wd,
+        stride: [s, s],
+        dilation: [1, 1],
+        top: crop[0],
+        left: crop[2],
+        groups: 1,
+    })
 }
 
 /// Gradients of a transposed convolution from the gradient `g` of its pre-activation output:
@@ -535,8 +666,21 @@ pub fn conv_transpose2d_backward(
     bias: bool,
 ) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
     let s = check_transpose(c)?;
-    let g_full = pad2d(g, c.crop_for())?;
     let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
+    if conv_cpu::applies(x) {
+        // The transposed convolution's kernel gradient is the transposed-from convolution's,
+        // with the roles of input (`g`) and output gradient (`x`) swapped; its input gradient
+        // is that convolution's forward pass.
+        let geo = transposed_geom(x, w, c, s)?;
+        let (_, dw) = conv_cpu::backward(g, w, x, &geo, false)?;
+        let dx = if need_dx {
+            Some(conv_cpu::forward(g, w, None, &geo, false)?)
+        } else {
+            None
+        };
+        return Ok((dx, dw, db));
+    }
+    let g_full = pad2d(g, c.crop_for())?;
     // dW[i,o,a,b] = sum_{n,y,x} x[n,i,y,x] g_full[n,o,s*y+a,s*x+b]
     let gt = g_full.transpose(0, 1)?.contiguous()?;
     let xt = x.transpose(0, 1)?.contiguous()?;
@@ -664,6 +808,81 @@ impl PoolGeom {
     }
 }
 
+/// Max pooling on the CPU by direct loops, allocating only the result: the pooled output, or
+/// with `g` the input gradient (each window's gradient to the first cell, row-major, holding its
+/// maximum; padded cells never win). Same rule as the tensor-op version.
+fn max_pool_cpu(x: &Tensor, g: Option<&Tensor>, geo: &PoolGeom) -> Result<Tensor> {
+    fn typed<T: WithDType>(x: &Tensor, g: Option<&Tensor>, geo: &PoolGeom) -> Result<Tensor> {
+        let (n, c, h, w) = x.dims4()?;
+        let [oh, ow] = geo.o;
+        let planes = n * c;
+        // The winning input index of window (plane, oy, ox), or None when it is all padding.
+        let winner = |xs: &[T], plane: usize, oy: usize, ox: usize| -> Option<usize> {
+            let mut best: Option<(usize, T)> = None;
+            for a in 0..geo.k[0] {
+                let Some(iy) = (oy * geo.s[0] + a).checked_sub(geo.pad[0]) else {
+                    continue;
+                };
+                if iy >= h {
+                    continue;
+                }
+                for b in 0..geo.k[1] {
+                    let Some(ix) = (ox * geo.s[1] + b).checked_sub(geo.pad[2]) else {
+                        continue;
+                    };
+                    if ix >= w {
+                        continue;
+                    }
+                    let i = (plane * h + iy) * w + ix;
+                    if best.map_or(true, |(_, v)| xs[i] > v) {
+                        best = Some((i, xs[i]));
+                    }
+                }
+            }
+            best.map(|(i, _)| i)
+        };
+        conv_cpu::with_slice::<T, _>(x, |xs| match g {
+            None => {
+                let mut out = vec![T::from_f64(NEG_FILL); planes * oh * ow];
+                for plane in 0..planes {
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            if let Some(i) = winner(xs, plane, oy, ox) {
+                                out[(plane * oh + oy) * ow + ox] = xs[i];
+                            }
+                        }
+                    }
+                }
+                Tensor::from_vec(out, (n, c, oh, ow), x.device())
+            }
+            Some(g) => {
+                if g.dims() != [n, c, oh, ow] {
+                    candle_core::bail!("max pool backward: gradient {:?} does not fit", g.dims())
+                }
+                let mut dx = vec![T::from_f64(0.0); planes * h * w];
+                conv_cpu::with_slice::<T, _>(g, |gs| {
+                    for plane in 0..planes {
+                        for oy in 0..oh {
+                            for ox in 0..ow {
+                                if let Some(i) = winner(xs, plane, oy, ox) {
+                                    dx[i] += gs[(plane * oh + oy) * ow + ox];
+                                }
+                            }
+                        }
+                    }
+                    Ok(())
+                })?;
+                Tensor::from_vec(dx, (n, c, h, w), x.device())
+            }
+        })
+    }
+    match x.dtype() {
+        DType::F32 => typed::<f32>(x, g, geo),
+        DType::F64 => typed::<f64>(x, g, geo),
+        other => candle_core::bail!("max pool: dtype {other:?} not supported"),
+    }
+}
+
 /// Padding value that never wins a max.
 const NEG_FILL: f64 = -(f32::MAX as f64);
 
@@ -671,6 +890,9 @@ const NEG_FILL: f64 = -(f32::MAX as f64);
 /// maximum of the strided windows.
 pub fn max_pool2d_forward(x: &Tensor, p: &Pool2d) -> Result<Tensor> {
     let geo = PoolGeom::new(x, p)?;
+    if conv_cpu::applies(x) {
+        return max_pool_cpu(x, None, &geo);
+    }
     if geo.pad == [0; 4] {
         return x.max_pool2d_with_stride((p.pool[0], p.pool[1]), (p.stride[0], p.stride[1]));
     }
@@ -682,6 +904,9 @@ pub fn max_pool2d_forward(x: &Tensor, p: &Pool2d) -> Result<Tensor> {
 /// fixed order.
 pub fn max_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor> {
     let geo = PoolGeom::new(x, p)?;
+    if conv_cpu::applies(x) {
+        return max_pool_cpu(x, Some(g), &geo);
+    }
     let xp = geo.padded(x, NEG_FILL)?;
     let y = geo.max(&xp)?;
     let mut taken: Option<Tensor> = None;

@@ -44,10 +44,12 @@
 
 #![warn(missing_docs)]
 
+pub mod conv_cpu;
 pub mod data;
 pub mod dataset;
 mod error;
 mod executor;
+pub mod heap;
 pub mod kernels;
 pub mod memory;
 pub mod optim;
@@ -56,7 +58,7 @@ pub use checkmate_graph::Plan;
 pub use data::SyntheticData;
 pub use dataset::{ArrayData, BatchSource, Dataset, Npy};
 pub use error::{Error, Result};
-pub use executor::{Batch, Executor, StepReport};
+pub use executor::{Batch, Executor, HeapLimit, StepReport};
 pub use optim::{Optimizer, OptimizerKind};
 
 /// Runs `steps` training steps of `plan` on batches `0..steps` of `data`, updating the parameters

@@ -570,3 +570,82 @@ fn max_pool_ties_send_the_gradient_to_the_first_cell() {
         vec![0.0, 0.0, 11.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     );
 }
+
+/// The convolution is bilinear, so for any `r`: `<conv(x, w), r> = <x, dx(r)> = <w, dW(r)>`. On
+/// shapes whose unfolded windows span many chunks of the CPU kernel (`conv_cpu::CHUNK_BYTES`),
+/// where finite differences would be too slow.
+#[test]
+fn chunked_convolutions_are_adjoint_to_their_gradients() {
+    let cases = [
+        (Conv2d::new(8, 3).no_bias().same(), [2, 96, 24, 20]),
+        (Conv2d::new(12, 3).no_bias().stride(2), [1, 64, 33, 31]),
+        (
+            Conv2d::new(8, 3).no_bias().groups(4).dilation(2).same(),
+            [2, 128, 20, 20],
+        ),
+        (
+            Conv2d::depthwise(160, 1, 3).no_bias().same(),
+            [1, 160, 40, 40],
+        ),
+    ];
+    for (i, (c, input)) in cases.into_iter().enumerate() {
+        let geo_rows = input[1] / c.groups * c.kernel[0] * c.kernel[1] * 8;
+        let positions = input[2] * input[3];
+        assert!(
+            positions * geo_rows > 2 * checkmate_executor::conv_cpu::CHUNK_BYTES || c.groups > 1,
+            "case {i} must span several chunks"
+        );
+        let seed = 500 + 10 * i as u64;
+        let x = rand_t(&input, seed);
+        let w = rand_t(
+            &[c.filters, input[1] / c.groups, c.kernel[0], c.kernel[1]],
+            seed + 1,
+        );
+        let y = k::conv2d_forward(&x, &w, None, &c).unwrap();
+        let r = rand_t(y.dims(), seed + 2);
+        let (dx, dw, _) = k::conv2d_backward(&x, &w, &r, &c, true, false).unwrap();
+        let yr = dot(&y, &r);
+        for (name, got) in [("dx", dot(&x, &dx.unwrap())), ("dW", dot(&w, &dw))] {
+            assert!(
+                (yr - got).abs() <= 1e-9 * (1.0 + yr.abs()),
+                "case {i} {c:?}: <y, r> = {yr}, <{name}, .> = {got}"
+            );
+        }
+    }
+}
+
+#[test]
+fn chunked_convolution_matches_candle_on_a_large_input() {
+    let c = Conv2d::new(16, 3).no_bias().same();
+    let x = rand_t(&[2, 64, 30, 30], 600);
+    let w = rand_t(&[16, 64, 3, 3], 601);
+    let ours = k::conv2d_forward(&x, &w, None, &c).unwrap();
+    let theirs = x.conv2d(&w, 1, 1, 1, 1).unwrap();
+    let diff = (ours - theirs)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
+    assert!(diff < 1e-10, "max difference {diff}");
+}
+
+#[test]
+fn chunked_transposed_convolution_is_adjoint_to_its_gradients() {
+    let mut c = ConvTranspose2d::new(24, 3, 2).no_bias();
+    c.padding = Padding::Same;
+    let x = rand_t(&[2, 96, 16, 16], 610);
+    let w = rand_t(&[96, 24, 3, 3], 611);
+    let y = k::conv_transpose2d_forward(&x, &w, None, &c).unwrap();
+    let r = rand_t(y.dims(), 612);
+    let (dx, dw, _) = k::conv_transpose2d_backward(&x, &w, &r, &c, true, false).unwrap();
+    let yr = dot(&y, &r);
+    for (name, got) in [("dx", dot(&x, &dx.unwrap())), ("dW", dot(&w, &dw))] {
+        assert!(
+            (yr - got).abs() <= 1e-9 * (1.0 + yr.abs()),
+            "<y, r> = {yr}, <{name}, .> = {got}"
+        );
+    }
+}

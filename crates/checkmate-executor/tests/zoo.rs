@@ -73,7 +73,7 @@ fn bits(exec: &Executor) -> Vec<u32> {
 /// Trains two SGD steps with `plan` from `init`'s parameters on the same data; returns the
 /// parameter bits and the losses, after checking the measured memory against the simulator.
 fn run(init: &Executor, plan: &Plan) -> (Vec<u32>, Vec<f64>) {
-    let mut exec = init.clone();
+    let mut exec = init.try_clone().unwrap();
     let data = SyntheticData::new(&exec, 0.5, 3).unwrap();
     let mut opt = Optimizer::new(OptimizerKind::sgd(0.01)).unwrap();
     let reports = train(&mut exec, plan, &data, &mut opt, 2).unwrap();

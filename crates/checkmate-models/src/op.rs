@@ -1015,8 +1015,9 @@ impl Op {
         }
     }
 
-    /// Scratch bytes live only during the forward computation (attention: QKV and the scores).
-    pub(crate) fn forward_workspace(&self, output: &Shape) -> u64 {
+    /// Scratch bytes live only during the forward computation: attention's QKV and scores; a
+    /// convolution's one chunk of unfolded windows ([`conv_chunk_bytes`]).
+    pub(crate) fn forward_workspace(&self, inputs: &[TensorType], output: &Shape) -> u64 {
         match self {
             Op::SelfAttention(a) => {
                 let [n, t, c] = [
@@ -1026,13 +1027,44 @@ impl Op {
                 ];
                 4 * (3 * n * t * c + n * a.heads as u64 * t * t)
             }
+            Op::Conv2d(c) => match inputs.first() {
+                Some(x) if x.shape.rank() == 4 && output.rank() == 4 => conv_chunk_bytes(
+                    x.shape.dim(1) / c.groups.max(1) * c.kernel[0] * c.kernel[1],
+                    output.dim(2) * output.dim(3),
+                ),
+                _ => 0,
+            },
+            // The convolution it transposes: windows over the output's channels, one row per
+            // input position.
+            Op::ConvTranspose2d(c) => match inputs.first() {
+                Some(x) if x.shape.rank() == 4 => conv_chunk_bytes(
+                    c.filters * c.kernel[0] * c.kernel[1],
+                    x.shape.dim(2) * x.shape.dim(3),
+                ),
+                _ => 0,
+            },
             _ => 0,
         }
     }
 
-    /// Scratch bytes of the backward computation beyond the upstream-gradient temporaries
-    /// (attention recomputes QKV and scores and holds their gradients).
-    pub(crate) fn backward_workspace(&self, output: &Shape) -> u64 {
-        2 * self.forward_workspace(output)
+    /// Scratch bytes of the backward computation beyond the upstream-gradient temporaries:
+    /// attention recomputes QKV and scores and holds their gradients; a convolution reuses one
+    /// chunk buffer for the windows and their gradients.
+    pub(crate) fn backward_workspace(&self, inputs: &[TensorType], output: &Shape) -> u64 {
+        match self {
+            Op::SelfAttention(_) => 2 * self.forward_workspace(inputs, output),
+            _ => self.forward_workspace(inputs, output),
+        }
     }
+}
+
+/// Bytes of unfolded windows one matrix product of the executor's CPU convolution works on
+/// (`checkmate_executor::conv_cpu`): the bound on a convolution's scratch.
+pub const CONV_CHUNK_BYTES: usize = 1 << 20;
+
+/// The one chunk buffer of the executor's CPU convolution, in f32 bytes: `rows * window`
+/// elements, `rows = clamp(CONV_CHUNK_BYTES / (4 * window), 1, positions)`.
+pub fn conv_chunk_bytes(window: usize, positions: usize) -> u64 {
+    let rows = (CONV_CHUNK_BYTES / (4 * window.max(1))).clamp(1, positions.max(1));
+    (4 * rows * window) as u64
 }

@@ -195,7 +195,7 @@ impl Network {
                 kind: NodeKind::Forward,
                 cost: l.forward_flops,
                 bytes: l.output_bytes(),
-                workspace_bytes: workspace(l.op.forward_workspace(&l.output.shape)),
+                workspace_bytes: workspace(l.op.forward_workspace(&l.input_types, &l.output.shape)),
                 deps,
             });
             roles.push(NodeRole::Forward(id));
@@ -302,7 +302,7 @@ impl Network {
                 bytes,
                 workspace_bytes: workspace(
                     if upstream_temp { l.output_bytes() } else { 0 }
-                        + l.op.backward_workspace(&l.output.shape),
+                        + l.op.backward_workspace(&l.input_types, &l.output.shape),
                 ),
                 deps,
             });

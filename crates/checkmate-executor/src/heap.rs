@@ -1,19 +1,24 @@
 //! A counting global allocator: the process heap in use and its high-water mark.
 //!
-//! `checkmate train` and `max-batch` compare the heap peak of a training step with the plan's
-//! prediction plus static memory; the difference is kernel workspace and bookkeeping
-//! (docs/USER_GUIDE.md explains it per layer type).
+//! Install it in a binary or test (`#[global_allocator] static A: Counting = Counting;`) and
+//! [`Executor::run_plan`](crate::Executor::run_plan) measures the heap during every step of a
+//! plan (`StepReport::heap_during_step`) and enforces [`HeapLimit`](crate::HeapLimit) when one is
+//! set. Without it the heap is not measured. `checkmate train` and `max-batch` install it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The system allocator, counting live bytes.
 pub struct Counting;
 
 static CURRENT: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 fn grew(bytes: u64) {
+    if !INSTALLED.load(Ordering::Relaxed) {
+        INSTALLED.store(true, Ordering::Relaxed);
+    }
     let now = CURRENT.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
@@ -68,4 +73,15 @@ pub fn peak() -> u64 {
 /// Starts a new high-water mark from the bytes in use now.
 pub fn reset_peak() {
     PEAK.store(current(), Ordering::Relaxed);
+}
+
+/// Raises the high-water mark to at least `bytes` (to restore an outer measurement after an
+/// inner one reset it).
+pub fn raise_peak(bytes: u64) {
+    PEAK.fetch_max(bytes, Ordering::Relaxed);
+}
+
+/// Whether [`Counting`] is the global allocator (it has counted an allocation).
+pub fn installed() -> bool {
+    INSTALLED.load(Ordering::Relaxed)
 }

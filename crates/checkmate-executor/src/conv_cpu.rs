@@ -1,0 +1,449 @@
+//! Convolutions on the CPU with bounded scratch: one sample and one group at a time, output
+//! positions in chunks whose unfolded windows fit in [`CHUNK_BYTES`], each chunk one `gemm` call
+//! that writes straight into the preallocated output (or accumulates into the kernel gradient).
+//!
+//! candle's own CPU convolution copies the whole input to NHWC, copies the kernel and unfolds a
+//! tile per rayon worker on every call, and its kernel gradient goes through a second such
+//! convolution with the batch as channels: scratch that scales with the batch and the thread
+//! count, and that no plan can see. Here the scratch of one call is one chunk buffer
+//! ([`Geom::chunk_elems`] elements) plus gemm's packing buffers (about the kernel's size), the
+//! same on every call with the same shapes, so every plan computes the same bits and the
+//! training graph can state the workspace exactly (`checkmate_models::Op::forward_workspace`).
+//!
+//! The three products of a convolution (shapes per sample `n` and group `g`, `K = cpg*kh*kw`
+//! window columns, `P = oh*ow` positions):
+//! - forward: `y[n, g*opg + o, p] = sum_k col[p, k] W[g*opg + o, k]`;
+//! - kernel gradient: `dW[g*opg + o, k] += sum_p dY[n, g*opg + o, p] col[p, k]`;
+//! - input gradient: `dcol[p, k] = sum_o dY[n, g*opg + o, p] W[g*opg + o, k]`, folded back onto
+//!   `dx` window by window in a fixed order.
+
+use candle_core::{DType, Device, Result, Storage, Tensor, WithDType};
+
+/// Bytes of unfolded windows one gemm call works on (at least one output position); the
+/// training graph's workspace uses the same bound (`checkmate_models::conv_chunk_bytes`).
+pub const CHUNK_BYTES: usize = checkmate_models::CONV_CHUNK_BYTES;
+
+/// The geometry of one convolution with its padding resolved.
+#[derive(Debug, Clone, Copy)]
+pub struct Geom {
+    /// Samples.
+    pub n: usize,
+    /// Input channels.
+    pub cin: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub cout: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Output height.
+    pub oh: usize,
+    /// Output width.
+    pub ow: usize,
+    /// Row and column stride.
+    pub stride: [usize; 2],
+    /// Row and column dilation.
+    pub dilation: [usize; 2],
+    /// Zero rows above the input.
+    pub top: usize,
+    /// Zero columns left of the input.
+    pub left: usize,
+    /// Groups (`cin` and `cout` are multiples).
+    pub groups: usize,
+}
+
+impl Geom {
+    fn cpg(&self) -> usize {
+        self.cin / self.groups
+    }
+
+    fn opg(&self) -> usize {
+        self.cout / self.groups
+    }
+
+    /// Window columns per group (`cpg * kh * kw`).
+    pub fn window(&self) -> usize {
+        self.cpg() * self.kh * self.kw
+    }
+
+    /// Output positions per chunk for elements of `elem` bytes.
+    pub fn chunk_rows(&self, elem: usize) -> usize {
+        let per_row = self.window().max(1) * elem;
+        (CHUNK_BYTES / per_row).clamp(1, (self.oh * self.ow).max(1))
+    }
+
+    /// Elements of the one chunk buffer a call allocates.
+    pub fn chunk_elems(&self, elem: usize) -> usize {
+        self.chunk_rows(elem) * self.window()
+    }
+
+    /// Input element of window column `k` at output position `p`, if inside the input.
+    #[inline]
+    fn source(&self, p: usize, k: usize) -> Option<(usize, usize, usize)> {
+        let kk = self.kh * self.kw;
+        let (ci, ab) = (k / kk, k % kk);
+        let (a, b) = (ab / self.kw, ab % self.kw);
+        let (oy, ox) = (p / self.ow, p % self.ow);
+        let iy = (oy * self.stride[0] + a * self.dilation[0]).checked_sub(self.top)?;
+        let ix = (ox * self.stride[1] + b * self.dilation[1]).checked_sub(self.left)?;
+        (iy < self.h && ix < self.w).then_some((ci, iy, ix))
+    }
+
+    /// Unfolds positions `p0..p0 + rows` of sample `x` (`cin*h*w`), group `g`, into `col`.
+    fn unfold<T: WithDType>(&self, x: &[T], g: usize, p0: usize, rows: usize, col: &mut [T]) {
+        let k_len = self.window();
+        let plane = self.h * self.w;
+        let base = g * self.cpg() * plane;
+        for r in 0..rows {
+            let row = &mut col[r * k_len..(r + 1) * k_len];
+            for (k, slot) in row.iter_mut().enumerate() {
+                *slot = match self.source(p0 + r, k) {
+                    Some((ci, iy, ix)) => x[base + ci * plane + iy * self.w + ix],
+                    None => T::from_f64(0.0),
+                };
+            }
+        }
+    }
+
+    /// Adds `dcol` (positions `p0..p0 + rows`, group `g`) back onto sample `dx`, in order.
+    fn fold<T: WithDType>(&self, dcol: &[T], g: usize, p0: usize, rows: usize, dx: &mut [T]) {
+        let k_len = self.window();
+        let plane = self.h * self.w;
+        let base = g * self.cpg() * plane;
+        for r in 0..rows {
+            let row = &dcol[r * k_len..(r + 1) * k_len];
+            for (k, &v) in row.iter().enumerate() {
+                if let Some((ci, iy, ix)) = self.source(p0 + r, k) {
+                    dx[base + ci * plane + iy * self.w + ix] += v;
+                }
+            }
+        }
+    }
+
+    fn chunks(&self, elem: usize) -> impl Iterator<Item = (usize, usize)> {
+        let positions = self.oh * self.ow;
+        let rows = self.chunk_rows(elem);
+        (0..positions)
+            .step_by(rows.max(1))
+            .map(move |p0| (p0, rows.min(positions - p0)))
+    }
+}
+
+/// `dst[m x n] = (accumulate ? dst : 0) + lhs[m x k] rhs[k x n]`, strides in elements
+/// (`rs` between rows, `cs` between columns).
+#[allow(clippy::too_many_arguments)]
+fn gemm<T: WithDType>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    (dst_rs, dst_cs): (usize, usize),
+    accumulate: bool,
+    lhs: &[T],
+    (lhs_rs, lhs_cs): (usize, usize),
+    rhs: &[T],
+    (rhs_rs, rhs_cs): (usize, usize),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = |rs: usize, cs: usize, r: usize, c: usize| (r - 1) * rs + (c - 1) * cs;
+    assert!(
+        last(dst_rs, dst_cs, m, n) < dst.len(),
+        "gemm: dst too short"
+    );
+    if k > 0 {
+        assert!(
+            last(lhs_rs, lhs_cs, m, k) < lhs.len(),
+            "gemm: lhs too short"
+        );
+        assert!(
+            last(rhs_rs, rhs_cs, k, n) < rhs.len(),
+            "gemm: rhs too short"
+        );
+    }
+    // SAFETY: the asserts above keep every index gemm touches inside the three slices; `dst`
+    // is borrowed mutably, so it aliases neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            dst_cs as isize,
+            dst_rs as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            if accumulate {
+                T::from_f64(1.0)
+            } else {
+                T::from_f64(0.0)
+            },
+            T::from_f64(1.0),
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(0),
+        )
+    }
+}
+
+/// Whether the chunked kernels take `t` (CPU, f32 or f64).
+pub fn applies(t: &Tensor) -> bool {
+    matches!(t.device(), Device::Cpu) && matches!(t.dtype(), DType::F32 | DType::F64)
+}
+
+/// Calls `f` with `t`'s elements as a contiguous slice (a copy only when `t` is a strided view).
+pub(crate) fn with_slice<T: WithDType, R>(
+    t: &Tensor,
+    f: impl FnOnce(&[T]) -> Result<R>,
+) -> Result<R> {
+    let t = if t.is_contiguous() {
+        t.clone()
+    } else {
+        t.contiguous()?
+    };
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        candle_core::bail!("conv_cpu: tensor is not on the CPU")
+    };
+    let all = cpu.as_slice::<T>()?;
+    let start = layout.start_offset();
+    f(&all[start..start + t.elem_count()])
+}
+
+fn forward_typed<T: WithDType>(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    relu: bool,
+) -> Result<Tensor> {
+    let positions = geo.oh * geo.ow;
+    let mut out = vec![T::from_f64(0.0); geo.n * geo.cout * positions];
+    let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
+    with_slice::<T, _>(x, |xs| {
+        with_slice::<T, _>(w, |ws| {
+            let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
+            let sample = geo.cin * geo.h * geo.w;
+            for s in 0..geo.n {
+                let xn = &xs[s * sample..(s + 1) * sample];
+                for g in 0..geo.groups {
+                    let wg = &ws[g * opg * k_len..];
+                    for (p0, rows) in geo.chunks(elem) {
+                        geo.unfold(xn, g, p0, rows, &mut col);
+                        let at = (s * geo.cout + g * opg) * positions + p0;
+                        gemm(
+                            (rows, opg, k_len),
+                            &mut out[at..],
+                            (1, positions),
+                            false,
+                            &col,
+                            (k_len, 1),
+                            wg,
+                            (1, k_len),
+                        );
+                    }
+                }
+            }
+            Ok(())
+        })
+    })?;
+    epilogue(&mut out, geo.cout, positions, bias, relu)?;
+    Tensor::from_vec(out, (geo.n, geo.cout, geo.oh, geo.ow), x.device())
+}
+
+/// Adds the per-channel `bias` to `out` (`[n, channels, positions]`) and applies ReLU, in place.
+fn epilogue<T: WithDType>(
+    out: &mut [T],
+    channels: usize,
+    positions: usize,
+    bias: Option<&Tensor>,
+    relu: bool,
+) -> Result<()> {
+    if let Some(b) = bias {
+        with_slice::<T, _>(b, |bs| {
+            if bs.len() != channels {
+                candle_core::bail!("conv_cpu: bias of {} for {channels} channels", bs.len())
+            }
+            for (i, plane) in out.chunks_mut(positions.max(1)).enumerate() {
+                let v = bs[i % channels];
+                plane.iter_mut().for_each(|x| *x += v);
+            }
+            Ok(())
+        })?;
+    }
+    if relu {
+        let zero = T::from_f64(0.0);
+        out.iter_mut()
+            .filter(|v| **v < zero)
+            .for_each(|v| *v = zero);
+    }
+    Ok(())
+}
+
+/// The convolution of `x` with `w` (`[cout, cin/groups, kh, kw]`) plus `bias`, then ReLU when
+/// `relu`. Scratch: one chunk buffer and gemm's packing; bias and ReLU are applied in place.
+pub fn forward(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    relu: bool,
+) -> Result<Tensor> {
+    match x.dtype() {
+        DType::F32 => forward_typed::<f32>(x, w, bias, geo, relu),
+        DType::F64 => forward_typed::<f64>(x, w, bias, geo, relu),
+        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
+    }
+}
+
+fn backward_typed<T: WithDType>(
+    x: &Tensor,
+    w: &Tensor,
+    dy: &Tensor,
+    geo: &Geom,
+    need_dx: bool,
+) -> Result<(Option<Tensor>, Tensor)> {
+    let positions = geo.oh * geo.ow;
+    let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
+    let mut dw = vec![T::from_f64(0.0); geo.cout * k_len];
+    let mut dx = if need_dx {
+        vec![T::from_f64(0.0); geo.n * geo.cin * geo.h * geo.w]
+    } else {
+        Vec::new()
+    };
+    with_slice::<T, _>(x, |xs| {
+        with_slice::<T, _>(w, |ws| {
+            with_slice::<T, _>(dy, |gs| {
+                let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
+                let sample = geo.cin * geo.h * geo.w;
+                for s in 0..geo.n {
+                    let xn = &xs[s * sample..(s + 1) * sample];
+                    for g in 0..geo.groups {
+                        let wg = &ws[g * opg * k_len..];
+                        let gy = &gs[(s * geo.cout + g * opg) * positions..];
+                        for (p0, rows) in geo.chunks(elem) {
+                            // Kernel gradient: dW_g[o, k] += sum_p dY[o, p] col[p, k].
+                            geo.unfold(xn, g, p0, rows, &mut col);
+                            gemm(
+                                (opg, k_len, rows),
+                                &mut dw[g * opg * k_len..],
+                                (k_len, 1),
+                                true,
+                                &gy[p0..],
+                                (positions, 1),
+                                &col,
+                                (k_len, 1),
+                            );
+                            if need_dx {
+                                // Input gradient: dcol[p, k] = sum_o dY[o, p] W_g[o, k], in the
+                                // same buffer, then folded onto dx.
+                                gemm(
+                                    (rows, k_len, opg),
+                                    &mut col,
+                                    (k_len, 1),
+                                    false,
+                                    &gy[p0..],
+                                    (1, positions),
+                                    wg,
+                                    (k_len, 1),
+                                );
+                                geo.fold(&col, g, p0, rows, &mut dx[s * sample..(s + 1) * sample]);
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+    })?;
+    let dev = x.device();
+    let dw = Tensor::from_vec(dw, w.dims(), dev)?;
+    let dx = if need_dx {
+        Some(Tensor::from_vec(dx, x.dims(), dev)?)
+    } else {
+        None
+    };
+    Ok((dx, dw))
+}
+
+/// Gradients of the convolution from the gradient `dy` of its output: `(dx, dW)`, `dx` only
+/// when `need_dx`. Scratch: one chunk buffer (windows, then their gradients) and gemm's packing.
+pub fn backward(
+    x: &Tensor,
+    w: &Tensor,
+    dy: &Tensor,
+    geo: &Geom,
+    need_dx: bool,
+) -> Result<(Option<Tensor>, Tensor)> {
+    match x.dtype() {
+        DType::F32 => backward_typed::<f32>(x, w, dy, geo, need_dx),
+        DType::F64 => backward_typed::<f64>(x, w, dy, geo, need_dx),
+        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
+    }
+}
+
+fn data_grad_typed<T: WithDType>(
+    dy: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    relu: bool,
+) -> Result<Tensor> {
+    let positions = geo.oh * geo.ow;
+    let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
+    let sample = geo.cin * geo.h * geo.w;
+    let mut dx = vec![T::from_f64(0.0); geo.n * sample];
+    with_slice::<T, _>(w, |ws| {
+        with_slice::<T, _>(dy, |gs| {
+            let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
+            for s in 0..geo.n {
+                for g in 0..geo.groups {
+                    let wg = &ws[g * opg * k_len..];
+                    let gy = &gs[(s * geo.cout + g * opg) * positions..];
+                    for (p0, rows) in geo.chunks(elem) {
+                        gemm(
+                            (rows, k_len, opg),
+                            &mut col,
+                            (k_len, 1),
+                            false,
+                            &gy[p0..],
+                            (1, positions),
+                            wg,
+                            (k_len, 1),
+                        );
+                        geo.fold(&col, g, p0, rows, &mut dx[s * sample..(s + 1) * sample]);
+                    }
+                }
+            }
+            Ok(())
+        })
+    })?;
+    epilogue(&mut dx, geo.cin, geo.h * geo.w, bias, relu)?;
+    Tensor::from_vec(dx, (geo.n, geo.cin, geo.h, geo.w), dy.device())
+}
+
+/// The input gradient alone, `dx` of a convolution from `dy`: also the forward pass of a
+/// transposed convolution (then `geo` describes the convolution it transposes), with `bias` and
+/// ReLU applied in place as in [`forward`].
+pub fn data_grad(
+    dy: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    relu: bool,
+) -> Result<Tensor> {
+    match dy.dtype() {
+        DType::F32 => data_grad_typed::<f32>(dy, w, bias, geo, relu),
+        DType::F64 => data_grad_typed::<f64>(dy, w, bias, geo, relu),
+        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
+    }
+}
