@@ -18,6 +18,7 @@
 //!   `dx` window by window in a fixed order.
 
 use candle_core::{DType, Device, Result, Storage, Tensor, WithDType};
+use rayon::prelude::*;
 
 /// Bytes of unfolded windows one gemm call works on (at least one output position); the
 /// training graph's workspace uses the same bound (`checkmate_models::conv_chunk_bytes`).
@@ -81,47 +82,82 @@ impl Geom {
         self.chunk_rows(elem) * self.window()
     }
 
-    /// Input element of window column `k` at output position `p`, if inside the input.
+    /// The input row and column (possibly outside the input) of window offset `(0, 0)` at output
+    /// position `p`.
     #[inline]
-    fn source(&self, p: usize, k: usize) -> Option<(usize, usize, usize)> {
-        let kk = self.kh * self.kw;
-        let (ci, ab) = (k / kk, k % kk);
-        let (a, b) = (ab / self.kw, ab % self.kw);
+    fn origin(&self, p: usize) -> (isize, isize) {
         let (oy, ox) = (p / self.ow, p % self.ow);
-        let iy = (oy * self.stride[0] + a * self.dilation[0]).checked_sub(self.top)?;
-        let ix = (ox * self.stride[1] + b * self.dilation[1]).checked_sub(self.left)?;
-        (iy < self.h && ix < self.w).then_some((ci, iy, ix))
+        (
+            (oy * self.stride[0]) as isize - self.top as isize,
+            (ox * self.stride[1]) as isize - self.left as isize,
+        )
     }
 
-    /// Unfolds positions `p0..p0 + rows` of sample `x` (`cin*h*w`), group `g`, into `col`.
+    /// Unfolds positions `p0..p0 + rows` of sample `x` (`cin*h*w`), group `g`, into `col`, one
+    /// row per position (rows in parallel: a copy, so the bits do not depend on the threads).
     fn unfold<T: WithDType>(&self, x: &[T], g: usize, p0: usize, rows: usize, col: &mut [T]) {
         let k_len = self.window();
         let plane = self.h * self.w;
-        let base = g * self.cpg() * plane;
-        for r in 0..rows {
-            let row = &mut col[r * k_len..(r + 1) * k_len];
-            for (k, slot) in row.iter_mut().enumerate() {
-                *slot = match self.source(p0 + r, k) {
-                    Some((ci, iy, ix)) => x[base + ci * plane + iy * self.w + ix],
-                    None => T::from_f64(0.0),
-                };
-            }
-        }
+        let xg = &x[g * self.cpg() * plane..(g + 1) * self.cpg() * plane];
+        let (h, w) = (self.h as isize, self.w as isize);
+        let [dy, dx] = self.dilation.map(|d| d as isize);
+        col[..rows * k_len]
+            .par_chunks_mut(k_len.max(1))
+            .enumerate()
+            .for_each(|(r, row)| {
+                let (y0, x0) = self.origin(p0 + r);
+                let mut slots = row.iter_mut();
+                for src in xg.chunks(plane.max(1)) {
+                    for a in 0..self.kh as isize {
+                        let iy = y0 + a * dy;
+                        let line = (0..h).contains(&iy).then(|| iy as usize * self.w);
+                        for b in 0..self.kw as isize {
+                            let ix = x0 + b * dx;
+                            let v = match line {
+                                Some(l) if (0..w).contains(&ix) => src[l + ix as usize],
+                                _ => T::from_f64(0.0),
+                            };
+                            if let Some(slot) = slots.next() {
+                                *slot = v;
+                            }
+                        }
+                    }
+                }
+            });
     }
 
-    /// Adds `dcol` (positions `p0..p0 + rows`, group `g`) back onto sample `dx`, in order.
+    /// Adds `dcol` (positions `p0..p0 + rows`, group `g`) back onto sample `dx`: input channels
+    /// in parallel (their planes are disjoint), and within a channel position by position, window
+    /// offset by offset, so each element sums its parts in one fixed order.
     fn fold<T: WithDType>(&self, dcol: &[T], g: usize, p0: usize, rows: usize, dx: &mut [T]) {
         let k_len = self.window();
+        let kk = self.kh * self.kw;
         let plane = self.h * self.w;
-        let base = g * self.cpg() * plane;
-        for r in 0..rows {
-            let row = &dcol[r * k_len..(r + 1) * k_len];
-            for (k, &v) in row.iter().enumerate() {
-                if let Some((ci, iy, ix)) = self.source(p0 + r, k) {
-                    dx[base + ci * plane + iy * self.w + ix] += v;
+        let dxg = &mut dx[g * self.cpg() * plane..(g + 1) * self.cpg() * plane];
+        let (h, w) = (self.h as isize, self.w as isize);
+        let [dy, ddx] = self.dilation.map(|d| d as isize);
+        dxg.par_chunks_mut(plane.max(1))
+            .enumerate()
+            .for_each(|(ci, dst)| {
+                for r in 0..rows {
+                    let (y0, x0) = self.origin(p0 + r);
+                    let part = &dcol[r * k_len + ci * kk..r * k_len + (ci + 1) * kk];
+                    let mut parts = part.iter();
+                    for a in 0..self.kh as isize {
+                        let iy = y0 + a * dy;
+                        let line = (0..h).contains(&iy).then(|| iy as usize * self.w);
+                        for b in 0..self.kw as isize {
+                            let ix = x0 + b * ddx;
+                            let Some(&v) = parts.next() else { continue };
+                            if let Some(l) = line {
+                                if (0..w).contains(&ix) {
+                                    dst[l + ix as usize] += v;
+                                }
+                            }
+                        }
+                    }
                 }
-            }
-        }
+            });
     }
 
     fn chunks(&self, elem: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -305,63 +341,123 @@ pub fn forward(
     }
 }
 
+/// Upstream-gradient rows of one chunk: `dY` itself, or `dY` masked by `y > 0` (a fused ReLU)
+/// copied into a buffer of `opg * rows` elements.
+fn masked_rows<'a, T: WithDType>(
+    gy: &'a [T],
+    mask: Option<&[T]>,
+    (opg, positions, p0, rows): (usize, usize, usize, usize),
+    buf: &'a mut [T],
+) -> (&'a [T], usize) {
+    let Some(ym) = mask else {
+        return (&gy[p0..], positions);
+    };
+    let zero = T::from_f64(0.0);
+    for o in 0..opg {
+        let (src, ys) = (&gy[o * positions + p0..], &ym[o * positions + p0..]);
+        for (r, slot) in buf[o * rows..(o + 1) * rows].iter_mut().enumerate() {
+            *slot = if ys[r] > zero { src[r] } else { zero };
+        }
+    }
+    (&buf[..opg * rows], rows)
+}
+
+#[allow(clippy::type_complexity)]
 fn backward_typed<T: WithDType>(
     x: &Tensor,
     w: &Tensor,
     dy: &Tensor,
+    relu_y: Option<&Tensor>,
     geo: &Geom,
     need_dx: bool,
-) -> Result<(Option<Tensor>, Tensor)> {
+) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
     let positions = geo.oh * geo.ow;
     let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
     let mut dw = vec![T::from_f64(0.0); geo.cout * k_len];
+    let mut db = vec![T::from_f64(0.0); if relu_y.is_some() { geo.cout } else { 0 }];
     let mut dx = if need_dx {
         vec![T::from_f64(0.0); geo.n * geo.cin * geo.h * geo.w]
     } else {
         Vec::new()
     };
-    with_slice::<T, _>(x, |xs| {
-        with_slice::<T, _>(w, |ws| {
-            with_slice::<T, _>(dy, |gs| {
-                let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
-                let sample = geo.cin * geo.h * geo.w;
-                for s in 0..geo.n {
-                    let xn = &xs[s * sample..(s + 1) * sample];
-                    for g in 0..geo.groups {
-                        let wg = &ws[g * opg * k_len..];
-                        let gy = &gs[(s * geo.cout + g * opg) * positions..];
-                        for (p0, rows) in geo.chunks(elem) {
-                            // Kernel gradient: dW_g[o, k] += sum_p dY[o, p] col[p, k].
-                            geo.unfold(xn, g, p0, rows, &mut col);
-                            gemm(
-                                (opg, k_len, rows),
-                                &mut dw[g * opg * k_len..],
-                                (k_len, 1),
-                                true,
-                                &gy[p0..],
-                                (positions, 1),
-                                &col,
-                                (k_len, 1),
-                            );
-                            if need_dx {
-                                // Input gradient: dcol[p, k] = sum_o dY[o, p] W_g[o, k], in the
-                                // same buffer, then folded onto dx.
-                                gemm(
-                                    (rows, k_len, opg),
-                                    &mut col,
-                                    (k_len, 1),
-                                    false,
-                                    &gy[p0..],
-                                    (1, positions),
-                                    wg,
-                                    (k_len, 1),
-                                );
-                                geo.fold(&col, g, p0, rows, &mut dx[s * sample..(s + 1) * sample]);
-                            }
+    let mask_tensor = match relu_y {
+        Some(y) if y.dims() != dy.dims() => {
+            candle_core::bail!(
+                "conv_cpu: ReLU output {:?} for gradient {:?}",
+                y.dims(),
+                dy.dims()
+            )
+        }
+        Some(y) => Some(y.clone()),
+        None => None,
+    };
+    let mut body = |xs: &[T], ws: &[T], gs: &[T], ys: Option<&[T]>| {
+        let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
+        let mut gbuf = vec![
+            T::from_f64(0.0);
+            if ys.is_some() {
+                masked_elems(geo, elem)
+            } else {
+                0
+            }
+        ];
+        let sample = geo.cin * geo.h * geo.w;
+        for s in 0..geo.n {
+            let xn = &xs[s * sample..(s + 1) * sample];
+            for g in 0..geo.groups {
+                let wg = &ws[g * opg * k_len..];
+                let at = (s * geo.cout + g * opg) * positions;
+                for (p0, rows) in geo.chunks(elem) {
+                    let (gy, stride) = masked_rows(
+                        &gs[at..],
+                        ys.map(|y| &y[at..]),
+                        (opg, positions, p0, rows),
+                        &mut gbuf,
+                    );
+                    if ys.is_some() {
+                        // Bias gradient of the masked rows, channel by channel in a fixed order.
+                        for o in 0..opg {
+                            let part = &gy[o * stride..o * stride + rows];
+                            db[g * opg + o] += part.iter().fold(T::from_f64(0.0), |a, &v| a + v);
                         }
                     }
+                    // Kernel gradient: dW_g[o, k] += sum_p dY[o, p] col[p, k].
+                    geo.unfold(xn, g, p0, rows, &mut col);
+                    gemm(
+                        (opg, k_len, rows),
+                        &mut dw[g * opg * k_len..],
+                        (k_len, 1),
+                        true,
+                        gy,
+                        (stride, 1),
+                        &col,
+                        (k_len, 1),
+                    );
+                    if need_dx {
+                        // Input gradient: dcol[p, k] = sum_o dY[o, p] W_g[o, k], in the same
+                        // buffer, then folded onto dx.
+                        gemm(
+                            (rows, k_len, opg),
+                            &mut col,
+                            (k_len, 1),
+                            false,
+                            gy,
+                            (1, stride),
+                            wg,
+                            (k_len, 1),
+                        );
+                        geo.fold(&col, g, p0, rows, &mut dx[s * sample..(s + 1) * sample]);
+                    }
                 }
-                Ok(())
+            }
+        }
+        Ok(())
+    };
+    with_slice::<T, _>(x, |xs| {
+        with_slice::<T, _>(w, |ws| {
+            with_slice::<T, _>(dy, |gs| match &mask_tensor {
+                Some(y) => with_slice::<T, _>(y, |ys| body(xs, ws, gs, Some(ys))),
+                None => body(xs, ws, gs, None),
             })
         })
     })?;
@@ -372,7 +468,16 @@ fn backward_typed<T: WithDType>(
     } else {
         None
     };
-    Ok((dx, dw))
+    let db = match relu_y {
+        Some(_) => Some(Tensor::from_vec(db, geo.cout, dev)?),
+        None => None,
+    };
+    Ok((dx, dw, db))
+}
+
+/// Elements of the masked upstream-gradient buffer of [`backward_relu`]: `opg * rows`.
+pub fn masked_elems(geo: &Geom, elem: usize) -> usize {
+    geo.opg() * geo.chunk_rows(elem)
 }
 
 /// Gradients of the convolution from the gradient `dy` of its output: `(dx, dW)`, `dx` only
@@ -384,11 +489,32 @@ pub fn backward(
     geo: &Geom,
     need_dx: bool,
 ) -> Result<(Option<Tensor>, Tensor)> {
-    match x.dtype() {
-        DType::F32 => backward_typed::<f32>(x, w, dy, geo, need_dx),
-        DType::F64 => backward_typed::<f64>(x, w, dy, geo, need_dx),
+    let (dx, dw, _) = match x.dtype() {
+        DType::F32 => backward_typed::<f32>(x, w, dy, None, geo, need_dx)?,
+        DType::F64 => backward_typed::<f64>(x, w, dy, None, geo, need_dx)?,
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
-    }
+    };
+    Ok((dx, dw))
+}
+
+/// [`backward`] of a convolution followed by ReLU, from the gradient `dy` of the ReLU's output
+/// `y`: the ReLU mask is applied chunk by chunk ([`masked_elems`] more scratch, instead of a
+/// masked copy of the whole gradient). Returns `(dx, dW, db)`; `db` sums the masked gradient.
+pub fn backward_relu(
+    x: &Tensor,
+    w: &Tensor,
+    y: &Tensor,
+    dy: &Tensor,
+    geo: &Geom,
+    need_dx: bool,
+) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+    let (dx, dw, db) = match x.dtype() {
+        DType::F32 => backward_typed::<f32>(x, w, dy, Some(y), geo, need_dx)?,
+        DType::F64 => backward_typed::<f64>(x, w, dy, Some(y), geo, need_dx)?,
+        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
+    };
+    let db = db.ok_or_else(|| candle_core::Error::Msg("conv_cpu: no bias gradient".into()))?;
+    Ok((dx, dw, db))
 }
 
 fn data_grad_typed<T: WithDType>(

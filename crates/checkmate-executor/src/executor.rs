@@ -713,6 +713,24 @@ impl Executor {
         } else {
             (g_out, loss_grad)
         };
+        // A convolution followed by ReLU masks the gradient inside its own kernel (chunk by
+        // chunk on the CPU, no gradient-sized temporary).
+        if let (Op::Conv2d(c), Activation::Relu, Some(g), None, Some(y), false) =
+            (&layer.op, act, g_out.as_ref(), post.as_ref(), y, from_loss)
+        {
+            let need0 = bn.input_grads.first().copied().unwrap_or(false);
+            let x = xs[0].ok_or_else(|| self.unsupported(l, "gradient rule needs the input"))?;
+            let (dx, dw, db) =
+                k::conv2d_backward_relu(x, &self.params[l][0], y, g, c, need0, c.bias).ctx(ctx)?;
+            let first_time = !grads_done[l];
+            self.store_grads(l, first_time, [Some(dw), db]);
+            grads_done[l] = true;
+            return match (need0, dx) {
+                (false, _) => Ok(Vec::new()),
+                (true, Some(dx)) => Ok(vec![dx]),
+                (true, None) => Err(self.unsupported(l, "an input gradient was not produced")),
+            };
+        }
         let g_pre = match g_out {
             Some(g) if act == Activation::Linear => Some(g),
             Some(g) => {

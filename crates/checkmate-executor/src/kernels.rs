@@ -458,6 +458,30 @@ pub fn conv2d_backward(
     Ok((dx, dw, db))
 }
 
+/// [`conv2d_backward`] of a convolution followed by ReLU, from the gradient `g` of the ReLU's
+/// output `y`: `(dx, dW, db)`. On the CPU the mask is applied chunk by chunk inside the chunked
+/// kernel (no gradient-sized temporary); elsewhere the masked gradient is formed first.
+pub fn conv2d_backward_relu(
+    x: &Tensor,
+    w: &Tensor,
+    y: &Tensor,
+    g: &Tensor,
+    c: &Conv2d,
+    need_dx: bool,
+    bias: bool,
+) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+    if conv_cpu::applies(x) && y.dims() == g.dims() && y.dtype() == x.dtype() {
+        let geo = ConvGeom::new(x, w, c)?.chunked();
+        if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
+            candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
+        }
+        let (dx, dw, db) = conv_cpu::backward_relu(x, w, y, g, &geo, need_dx)?;
+        return Ok((dx, dw, bias.then_some(db)));
+    }
+    let g = activation_backward(Some(x), y, g, Activation::Relu, 1)?;
+    conv2d_backward(x, w, &g, c, need_dx, bias)
+}
+
 /// Window `(a, b)` of every output position: `[N, C, oh, ow]` with element `(y, x)` taken from
 /// `xp[.., a + s*y, b + s*x]`. `xp` must have room for `a + s*oh` rows and `b + s*ow` columns.
 fn window(xp: &Tensor, a: usize, b: usize, s: usize, oh: usize, ow: usize) -> Result<Tensor> {

@@ -649,3 +649,43 @@ fn chunked_transposed_convolution_is_adjoint_to_its_gradients() {
         );
     }
 }
+
+/// The fused ReLU backward of a convolution (mask applied chunk by chunk inside the kernel) equals
+/// masking the gradient first and then the plain convolution backward, with and without bias,
+/// grouped, on shapes that span several chunks.
+#[test]
+fn convolution_with_relu_masks_its_gradient_inside_the_kernel() {
+    let cases = [
+        (Conv2d::new(16, 3).same().relu(), [2, 64, 24, 24]),
+        (
+            Conv2d::new(12, 3).no_bias().stride(2).relu(),
+            [1, 48, 33, 31],
+        ),
+        (Conv2d::new(8, 3).groups(4).same().relu(), [2, 96, 20, 20]),
+    ];
+    for (i, (c, input)) in cases.into_iter().enumerate() {
+        let seed = 700 + 10 * i as u64;
+        let x = rand_t(&input, seed);
+        let w = rand_t(
+            &[c.filters, input[1] / c.groups, c.kernel[0], c.kernel[1]],
+            seed + 1,
+        );
+        let b = c.bias.then(|| rand_t(&[c.filters], seed + 3));
+        let y = k::conv2d_forward_act(&x, &w, b.as_ref(), &c, c.activation).unwrap();
+        let g = rand_t(y.dims(), seed + 2);
+        let (dx, dw, db) = k::conv2d_backward_relu(&x, &w, &y, &g, &c, true, c.bias).unwrap();
+        let masked = k::activation_backward(Some(&x), &y, &g, Activation::Relu, 1).unwrap();
+        let (dx0, dw0, db0) = k::conv2d_backward(&x, &w, &masked, &c, true, c.bias).unwrap();
+        let close = |a: &Tensor, b: &Tensor, what: &str| {
+            let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
+            let d = d.to_scalar::<f64>().unwrap();
+            assert!(d < 1e-10, "case {i} {what}: max difference {d}");
+        };
+        close(&dx.unwrap(), &dx0.unwrap(), "dx");
+        close(&dw, &dw0, "dW");
+        assert_eq!(db.is_some(), c.bias, "case {i}: bias gradient");
+        if let (Some(db), Some(db0)) = (db, db0) {
+            close(&db, &db0, "db");
+        }
+    }
+}

@@ -1050,9 +1050,21 @@ impl Op {
     /// Scratch bytes of the backward computation beyond the upstream-gradient temporaries:
     /// attention recomputes QKV and scores and holds their gradients; a convolution reuses one
     /// chunk buffer for the windows and their gradients.
+    ///
+    /// A convolution followed by ReLU also masks its upstream gradient chunk by chunk
+    /// ([`conv_masked_bytes`]) instead of forming the masked gradient whole.
     pub(crate) fn backward_workspace(&self, inputs: &[TensorType], output: &Shape) -> u64 {
         match self {
             Op::SelfAttention(_) => 2 * self.forward_workspace(inputs, output),
+            Op::Conv2d(c) if c.activation == Activation::Relu => match inputs.first() {
+                Some(x) if x.shape.rank() == 4 && output.rank() == 4 => {
+                    let window = x.shape.dim(1) / c.groups.max(1) * c.kernel[0] * c.kernel[1];
+                    let positions = output.dim(2) * output.dim(3);
+                    conv_chunk_bytes(window, positions)
+                        + conv_masked_bytes(window, positions, c.filters / c.groups.max(1))
+                }
+                _ => self.forward_workspace(inputs, output),
+            },
             _ => self.forward_workspace(inputs, output),
         }
     }
@@ -1061,6 +1073,13 @@ impl Op {
 /// Bytes of unfolded windows one matrix product of the executor's CPU convolution works on
 /// (`checkmate_executor::conv_cpu`): the bound on a convolution's scratch.
 pub const CONV_CHUNK_BYTES: usize = 1 << 20;
+
+/// The masked upstream-gradient buffer of a convolution followed by ReLU, in f32 bytes:
+/// `filters_per_group * rows` elements, `rows` as in [`conv_chunk_bytes`].
+pub fn conv_masked_bytes(window: usize, positions: usize, filters_per_group: usize) -> u64 {
+    let rows = (CONV_CHUNK_BYTES / (4 * window.max(1))).clamp(1, positions.max(1));
+    (4 * rows * filters_per_group) as u64
+}
 
 /// The one chunk buffer of the executor's CPU convolution, in f32 bytes: `rows * window`
 /// elements, `rows = clamp(CONV_CHUNK_BYTES / (4 * window), 1, positions)`.

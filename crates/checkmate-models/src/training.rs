@@ -286,9 +286,15 @@ impl Network {
                     .sum()
             };
             let out_elems = l.output.shape.elements() as f64;
+            // A convolution followed by ReLU masks its gradient inside its kernel (chunk by
+            // chunk, `Op::backward_workspace`) unless the loss adds to it.
+            let masked_in_kernel = matches!(l.op, Op::Conv2d(_))
+                && l.op.activation() == Activation::Relu
+                && !feeds_loss;
             let fused_activation =
                 matches!(l.op, Op::Conv2d(_) | Op::ConvTranspose2d(_) | Op::Dense(_))
-                    && l.op.activation() != Activation::Linear;
+                    && l.op.activation() != Activation::Linear
+                    && !masked_in_kernel;
             let upstream_temp = upstream.len() > 1 || fused_activation || feeds_loss;
             let cost =
                 l.op.backward_flops(&l.input_types, &l.output.shape, any_input_grad)
