@@ -185,6 +185,10 @@ impl MaxBatchArgs {
         let config = model.model_config()?;
         let net = model_by_name(name, &config)?;
         let training = self.model.training_config()?;
+        if device.is_cpu() {
+            // gemm's per-thread buffers live as long as the process: part of the baseline.
+            heap::warm_up_cpu()?;
+        }
         let base = heap::current();
         let mut exec = Executor::new(net, &training, &device, DType::F32, 0)?;
         let data = SyntheticData::new(&exec, 0.5, 0)?;

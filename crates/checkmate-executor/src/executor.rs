@@ -424,11 +424,15 @@ impl Executor {
                     let seen = high.saturating_sub(cap.base);
                     if seen > cap.limit {
                         let (Step::Compute(v) | Step::Free(v)) = s;
-                        let ws = match s {
-                            Step::Compute(v) => self.tg.graph.node(v).workspace_bytes,
-                            Step::Free(_) => 0,
+                        // A free step's high-water mark is the heap before it frees.
+                        let (ws, live_then) = match s {
+                            Step::Compute(v) => (
+                                self.tg.graph.node(v).workspace_bytes,
+                                sim.live_after_step[step],
+                            ),
+                            Step::Free(_) => (0, sim.live_after_step[step.saturating_sub(1)]),
                         };
-                        let modelled = static_bytes + sim.live_after_step[step] + ws;
+                        let modelled = static_bytes + live_then + ws;
                         heap::raise_peak(outer_peak.max(heap_high));
                         return Err(Error::OverHeapLimit {
                             step,

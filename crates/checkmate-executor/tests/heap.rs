@@ -8,9 +8,18 @@ use checkmate_executor::heap::{self, Counting};
 use checkmate_executor::{Executor, HeapLimit, Optimizer, OptimizerKind, SyntheticData};
 use checkmate_graph::{simulate, Plan, Step};
 use checkmate_models::{model_by_name, ImageSize, ModelConfig, TrainingConfig};
+use checkmate_solver::{solve, strategy_by_name, SolveOptions};
+use std::time::Duration;
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
+
+/// The counter is process-wide: the tests of this file run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// 1 MiB plus 3% of the modelled bytes.
 fn slack(modelled: u64) -> u64 {
@@ -27,6 +36,8 @@ fn vgg(batch: usize) -> Executor {
 
 #[test]
 fn the_heap_of_every_step_stays_within_the_model() {
+    let _serial = serial();
+    heap::warm_up_cpu().unwrap();
     let mut exec = vgg(8);
     let g = exec.graph().clone();
     let all = Plan::new((0..g.len()).map(Step::Compute).collect());
@@ -79,6 +90,7 @@ fn the_heap_of_every_step_stays_within_the_model() {
 
 #[test]
 fn a_heap_limit_below_what_the_step_needs_stops_training_with_the_node() {
+    let _serial = serial();
     let mut exec = vgg(2);
     let g = exec.graph().clone();
     let all = Plan::new((0..g.len()).map(Step::Compute).collect());
@@ -94,4 +106,63 @@ fn a_heap_limit_below_what_the_step_needs_stops_training_with_the_node() {
     assert!(err.contains("step 0 ("), "{err}");
     exec.set_heap_limit(None).unwrap();
     exec.run_plan(&all, &batch).unwrap();
+}
+
+/// What a user measures: the process heap above a baseline taken before the executor existed
+/// (after [`heap::warm_up_cpu`]), during every step of a plan that recomputes, against static
+/// memory (parameters, gradients, optimizer state) plus the plan's live bytes plus the node's
+/// workspace; and the whole step, update included, against the budget the plan was solved for.
+#[test]
+fn the_process_heap_of_a_remat_plan_stays_within_static_plus_the_plan() {
+    let _serial = serial();
+    heap::warm_up_cpu().unwrap();
+    let before_exec = heap::current();
+    let mut exec = vgg(8);
+    let g = exec.graph().clone();
+    let before_data = heap::current();
+    let data = SyntheticData::new(&exec, 0.1, 2).unwrap();
+    let base = before_exec + (heap::current() - before_data);
+    let floor = g.min_feasible_activation_bytes();
+    let full = checkmate_solver::baselines::CheckpointAll::peak_bytes(&g);
+    let budget = floor + (full - floor) / 3;
+    let options = SolveOptions {
+        time_limit: Some(Duration::from_secs(20)),
+        threads: 1,
+        ..SolveOptions::default()
+    };
+    let milp = strategy_by_name("milp").unwrap();
+    let plan = solve(&g, milp.as_ref(), budget, &options)
+        .unwrap()
+        .plan
+        .expect("a plan at a third of the way from the floor");
+    let sim = simulate(&g, &plan).unwrap();
+    assert!(sim.computes > g.len(), "the plan must recompute");
+    let total_budget = g.static_bytes() + budget;
+    let mut opt = Optimizer::new(OptimizerKind::sgd(0.01)).unwrap();
+    for step in 0..3 {
+        let batch = data.batch(&exec, step).unwrap();
+        heap::reset_peak();
+        let report = exec.run_plan(&plan, &batch).unwrap();
+        let start = report.heap_at_start - base;
+        for (k, &h) in report.heap_during_step.iter().enumerate() {
+            // A free step's high-water mark is the heap before it frees.
+            let (v, live, ws) = match plan.steps[k] {
+                Step::Compute(v) => (v, sim.live_after_step[k], g.node(v).workspace_bytes),
+                Step::Free(v) => (v, sim.live_after_step[k.saturating_sub(1)], 0),
+            };
+            let modelled = g.static_bytes() + live + ws;
+            assert!(
+                start + h <= modelled + slack(modelled - g.static_bytes()),
+                "step {step}, plan step {k} ({}): heap {} above the baseline, modelled {modelled}",
+                g.label(v),
+                start + h
+            );
+        }
+        opt.step(&mut exec).unwrap();
+        let whole = heap::peak() - base;
+        assert!(
+            whole <= total_budget + (1 << 20),
+            "step {step}: heap peak {whole} over the budget {total_budget}"
+        );
+    }
 }
