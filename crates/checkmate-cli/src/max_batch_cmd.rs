@@ -271,7 +271,9 @@ pub fn run(args: MaxBatchArgs) -> Result<()> {
                     "static_bytes": fit.as_ref().map(|f| f.static_bytes),
                     "total_bytes": fit.as_ref().map(|f| f.peak_bytes + f.static_bytes),
                     "overhead": fit.as_ref().map(|f| f.cost / f.checkpoint_all_cost.max(f64::MIN_POSITIVE)),
-                    "confirmed": c.as_ref().map(|c| c.measured_live_peak == c.predicted_live_peak),
+                    "confirmed": c.as_ref().map(|c| c.measured_live_peak == c.predicted_live_peak && c.heap_peak <= memory),
+                    "registers_match": c.as_ref().map(|c| c.measured_live_peak == c.predicted_live_peak),
+                    "heap_within_memory": c.as_ref().map(|c| c.heap_peak <= memory),
                     "measured_live_peak_bytes": c.as_ref().map(|c| c.measured_live_peak),
                     "heap_peak_bytes": c.as_ref().map(|c| c.heap_peak),
                     "step_seconds": c.as_ref().map(|c| c.seconds),
@@ -313,8 +315,14 @@ pub fn run(args: MaxBatchArgs) -> Result<()> {
                 format_bytes(f.static_bytes),
                 100.0 * (f.cost / f.checkpoint_all_cost.max(f64::MIN_POSITIVE) - 1.0),
                 match c {
-                    Some(c) if c.measured_live_peak == c.predicted_live_peak =>
+                    // Confirmed by the process: the registers as predicted and the heap (step
+                    // and update, above the program's own) within --memory.
+                    Some(c)
+                        if c.measured_live_peak == c.predicted_live_peak
+                            && c.heap_peak <= memory =>
                         format!("yes ({})", format_bytes(c.heap_peak)),
+                    Some(c) if c.measured_live_peak == c.predicted_live_peak =>
+                        format!("NO: heap {} > memory", format_bytes(c.heap_peak)),
                     Some(c) => format!(
                         "NO: live {} vs {}",
                         format_bytes(c.measured_live_peak),
