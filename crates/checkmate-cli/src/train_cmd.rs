@@ -184,7 +184,7 @@ struct Run {
 }
 
 /// The bytes of `report`'s steps that the plan does not model, worst first: the heap above
-/// `heap_base` minus static memory, live bytes and the node's workspace.
+/// `heap_base` minus what the executor says the model holds there (`StepReport::heap_modelled`).
 fn worst_unmodelled(
     graph: &Graph,
     plan: &Plan,
@@ -195,23 +195,10 @@ fn worst_unmodelled(
     report
         .heap_during_step
         .iter()
+        .zip(&report.heap_modelled)
         .zip(&plan.steps)
-        .enumerate()
-        .map(|(k, (&h, s))| {
+        .map(|((&h, &modelled), s)| {
             let (checkmate_graph::Step::Compute(v) | checkmate_graph::Step::Free(v)) = *s;
-            // A free step's high-water mark is the heap before it frees: compare it with the
-            // live bytes before the step.
-            let (ws, live) = match s {
-                checkmate_graph::Step::Compute(_) => {
-                    (graph.node(v).workspace_bytes, report.predicted_live[k])
-                }
-                checkmate_graph::Step::Free(_) => (
-                    0,
-                    k.checked_sub(1)
-                        .map_or(report.predicted_live[k], |p| report.predicted_live[p]),
-                ),
-            };
-            let modelled = graph.static_bytes() + live + ws;
             ((start + h).saturating_sub(modelled), graph.label(v))
         })
         .max_by_key(|(b, _)| *b)

@@ -73,8 +73,7 @@ impl Geom {
 
     /// Output positions per chunk for elements of `elem` bytes.
     pub fn chunk_rows(&self, elem: usize) -> usize {
-        let per_row = self.window().max(1) * elem;
-        (CHUNK_BYTES / per_row).clamp(1, (self.oh * self.ow).max(1))
+        checkmate_models::conv_chunk_rows(self.window(), self.oh * self.ow, elem)
     }
 
     /// Elements of the one chunk buffer a call allocates.
@@ -158,6 +157,32 @@ impl Geom {
                     }
                 }
             });
+    }
+
+    /// The input gradient of one chunk, added to sample `dx`: `dcol[p, k] = sum_o dY[o, p]
+    /// W_g[o, k]` into `col` (`gy`: group `g`'s upstream gradient from position `p0`, rows
+    /// `stride` apart), then folded.
+    fn add_input_grad<T: WithDType>(
+        &self,
+        gy: &[T],
+        stride: usize,
+        wg: &[T],
+        (g, p0, rows): (usize, usize, usize),
+        col: &mut [T],
+        dx: &mut [T],
+    ) {
+        let k_len = self.window();
+        gemm(
+            (rows, k_len, self.opg()),
+            col,
+            (k_len, 1),
+            false,
+            gy,
+            (1, stride),
+            wg,
+            (k_len, 1),
+        );
+        self.fold(col, g, p0, rows, dx);
     }
 
     fn chunks(&self, elem: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -434,19 +459,9 @@ fn backward_typed<T: WithDType>(
                         (k_len, 1),
                     );
                     if need_dx {
-                        // Input gradient: dcol[p, k] = sum_o dY[o, p] W_g[o, k], in the same
-                        // buffer, then folded onto dx.
-                        gemm(
-                            (rows, k_len, opg),
-                            &mut col,
-                            (k_len, 1),
-                            false,
-                            gy,
-                            (1, stride),
-                            wg,
-                            (k_len, 1),
-                        );
-                        geo.fold(&col, g, p0, rows, &mut dx[s * sample..(s + 1) * sample]);
+                        // Input gradient, in the same buffer as the windows.
+                        let dxn = &mut dx[s * sample..(s + 1) * sample];
+                        geo.add_input_grad(gy, stride, wg, (g, p0, rows), &mut col, dxn);
                     }
                 }
             }
@@ -536,17 +551,8 @@ fn data_grad_typed<T: WithDType>(
                     let wg = &ws[g * opg * k_len..];
                     let gy = &gs[(s * geo.cout + g * opg) * positions..];
                     for (p0, rows) in geo.chunks(elem) {
-                        gemm(
-                            (rows, k_len, opg),
-                            &mut col,
-                            (k_len, 1),
-                            false,
-                            &gy[p0..],
-                            (1, positions),
-                            wg,
-                            (k_len, 1),
-                        );
-                        geo.fold(&col, g, p0, rows, &mut dx[s * sample..(s + 1) * sample]);
+                        let dxn = &mut dx[s * sample..(s + 1) * sample];
+                        geo.add_input_grad(&gy[p0..], positions, wg, (g, p0, rows), &mut col, dxn);
                     }
                 }
             }

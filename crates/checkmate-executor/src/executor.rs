@@ -46,6 +46,11 @@ pub struct StepReport {
     pub heap_during_step: Vec<u64>,
     /// The heap in use when the plan started, bytes (0 without [`heap::Counting`]).
     pub heap_at_start: u64,
+    /// What the model says the heap holds at the high-water mark of every plan step: static
+    /// memory + the simulator's live bytes + the node's workspace (for a free, the live bytes
+    /// before it: its high-water mark is the heap before it frees). Empty unless
+    /// [`heap::Counting`] is the global allocator.
+    pub heap_modelled: Vec<u64>,
     /// Wall-clock seconds of every plan step (the kernel of a `compute`, ~0 for a `free`); on an
     /// asynchronous device the device is synchronized after each step first.
     pub step_seconds: Vec<f64>,
@@ -363,6 +368,7 @@ impl Executor {
         let outer_peak = heap::peak();
         let heap_at_start = if counting { heap::current() } else { 0 };
         let mut heap_during_step = Vec::new();
+        let mut heap_modelled = Vec::new();
         let mut heap_high = 0;
         let static_bytes = self.tg.graph.static_bytes();
         for (step, &s) in plan.steps.iter().enumerate() {
@@ -420,19 +426,19 @@ impl Executor {
                 let high = heap::peak();
                 heap_high = heap_high.max(high);
                 heap_during_step.push(high.saturating_sub(heap_at_start));
+                let (v, ws, live_then) = match s {
+                    Step::Compute(v) => (
+                        v,
+                        self.tg.graph.node(v).workspace_bytes,
+                        sim.live_after_step[step],
+                    ),
+                    Step::Free(v) => (v, 0, sim.live_after_step[step.saturating_sub(1)]),
+                };
+                let modelled = static_bytes + live_then + ws;
+                heap_modelled.push(modelled);
                 if let Some(cap) = self.heap_limit {
                     let seen = high.saturating_sub(cap.base);
                     if seen > cap.limit {
-                        let (Step::Compute(v) | Step::Free(v)) = s;
-                        // A free step's high-water mark is the heap before it frees.
-                        let (ws, live_then) = match s {
-                            Step::Compute(v) => (
-                                self.tg.graph.node(v).workspace_bytes,
-                                sim.live_after_step[step],
-                            ),
-                            Step::Free(_) => (0, sim.live_after_step[step.saturating_sub(1)]),
-                        };
-                        let modelled = static_bytes + live_then + ws;
                         heap::raise_peak(outer_peak.max(heap_high));
                         return Err(Error::OverHeapLimit {
                             step,
@@ -484,6 +490,7 @@ impl Executor {
             computes: sim.computes,
             heap_during_step,
             heap_at_start,
+            heap_modelled,
             step_seconds,
         })
     }
@@ -718,25 +725,13 @@ impl Executor {
             (g_out, loss_grad)
         };
         // A convolution followed by ReLU masks the gradient inside its own kernel (chunk by
-        // chunk on the CPU, no gradient-sized temporary).
-        if let (Op::Conv2d(c), Activation::Relu, Some(g), None, Some(y), false) =
-            (&layer.op, act, g_out.as_ref(), post.as_ref(), y, from_loss)
-        {
-            let need0 = bn.input_grads.first().copied().unwrap_or(false);
-            let x = xs[0].ok_or_else(|| self.unsupported(l, "gradient rule needs the input"))?;
-            let (dx, dw, db) =
-                k::conv2d_backward_relu(x, &self.params[l][0], y, g, c, need0, c.bias).ctx(ctx)?;
-            let first_time = !grads_done[l];
-            self.store_grads(l, first_time, [Some(dw), db]);
-            grads_done[l] = true;
-            return match (need0, dx) {
-                (false, _) => Ok(Vec::new()),
-                (true, Some(dx)) => Ok(vec![dx]),
-                (true, None) => Err(self.unsupported(l, "an input gradient was not produced")),
-            };
-        }
+        // chunk on the CPU, no gradient-sized temporary): its output is the mask.
+        let relu_mask = match (&layer.op, act, post.is_none() && !from_loss) {
+            (Op::Conv2d(_), Activation::Relu, true) => y,
+            _ => None,
+        };
         let g_pre = match g_out {
-            Some(g) if act == Activation::Linear => Some(g),
+            Some(g) if act == Activation::Linear || relu_mask.is_some() => Some(g),
             Some(g) => {
                 // GELU reads its input only; the others read their output.
                 let y = match (y, xs[0]) {
@@ -765,9 +760,12 @@ impl Executor {
                 outs[0] = dx;
             }
             Op::Conv2d(c) => {
-                let (dx, dw, db) =
-                    k::conv2d_backward(x0()?, &self.params[l][0], &g, c, need(0), c.bias)
-                        .ctx(ctx)?;
+                let w = &self.params[l][0];
+                let (dx, dw, db) = match relu_mask {
+                    Some(y) => k::conv2d_backward_relu(x0()?, w, y, &g, c, need(0), c.bias),
+                    None => k::conv2d_backward(x0()?, w, &g, c, need(0), c.bias),
+                }
+                .ctx(ctx)?;
                 self.store_grads(l, first_time, [Some(dw), db]);
                 outs[0] = dx;
             }

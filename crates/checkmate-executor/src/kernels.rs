@@ -197,6 +197,15 @@ impl ConvGeom {
         }
     }
 
+    /// [`ConvGeom::new`], checked against the gradient `g` of the convolution's output.
+    fn for_grad(x: &Tensor, w: &Tensor, c: &Conv2d, g: &Tensor) -> Result<ConvGeom> {
+        let geo = ConvGeom::new(x, w, c)?;
+        if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
+            candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
+        }
+        Ok(geo)
+    }
+
     fn new(x: &Tensor, w: &Tensor, c: &Conv2d) -> Result<ConvGeom> {
         let (n, cin, h, wd) = x.dims4()?;
         let (cout, cpg, kh, kw) = w.dims4()?;
@@ -381,18 +390,12 @@ pub fn conv2d_backward(
 ) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
     let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
     if conv_cpu::applies(x) {
-        let geo = ConvGeom::new(x, w, c)?.chunked();
-        if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
-            candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
-        }
+        let geo = ConvGeom::for_grad(x, w, c, g)?.chunked();
         let (dx, dw) = conv_cpu::backward(x, w, g, &geo, need_dx)?;
         return Ok((dx, dw, db));
     }
     if !candle_conv(c) {
-        let geo = ConvGeom::new(x, w, c)?;
-        if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
-            candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
-        }
+        let geo = ConvGeom::for_grad(x, w, c, g)?;
         let xv = to_f64_vec(x)?;
         let wv = to_f64_vec(w)?;
         let gv = to_f64_vec(g)?;
@@ -471,10 +474,7 @@ pub fn conv2d_backward_relu(
     bias: bool,
 ) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
     if conv_cpu::applies(x) && y.dims() == g.dims() && y.dtype() == x.dtype() {
-        let geo = ConvGeom::new(x, w, c)?.chunked();
-        if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
-            candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
-        }
+        let geo = ConvGeom::for_grad(x, w, c, g)?.chunked();
         let (dx, dw, db) = conv_cpu::backward_relu(x, w, y, g, &geo, need_dx)?;
         return Ok((dx, dw, bias.then_some(db)));
     }

@@ -151,6 +151,10 @@ fn the_process_heap_of_a_remat_plan_stays_within_static_plus_the_plan() {
                 Step::Free(v) => (v, sim.live_after_step[k.saturating_sub(1)], 0),
             };
             let modelled = g.static_bytes() + live + ws;
+            assert_eq!(
+                report.heap_modelled[k], modelled,
+                "plan step {k}: the report's model"
+            );
             assert!(
                 start + h <= modelled + slack(modelled - g.static_bytes()),
                 "step {step}, plan step {k} ({}): heap {} above the baseline, modelled {modelled}",

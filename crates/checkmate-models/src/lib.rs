@@ -62,8 +62,9 @@ pub use costs::{CostTable, Costs, NodeCost, COSTS_FORMAT};
 pub use error::{Error, Result};
 pub use network::{Layer, LayerId, Loss, Network, NetworkBuilder, TensorRef};
 pub use op::{
-    conv_chunk_bytes, conv_masked_bytes, Activation, BatchNorm, Conv2d, ConvTranspose2d, Dense,
-    GradNeeds, Op, Padding, ParamSpec, Pool2d, SelfAttention, CONV_CHUNK_BYTES,
+    conv_chunk_bytes, conv_chunk_rows, conv_masked_bytes, Activation, BatchNorm, Conv2d,
+    ConvTranspose2d, Dense, GradNeeds, Op, Padding, ParamSpec, Pool2d, SelfAttention,
+    CONV_CHUNK_BYTES,
 };
 pub use shape::{DType, ImageSize, Shape, TensorType};
 pub use training::{

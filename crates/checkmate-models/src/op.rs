@@ -1027,13 +1027,8 @@ impl Op {
                 ];
                 4 * (3 * n * t * c + n * a.heads as u64 * t * t)
             }
-            Op::Conv2d(c) => match inputs.first() {
-                Some(x) if x.shape.rank() == 4 && output.rank() == 4 => conv_chunk_bytes(
-                    x.shape.dim(1) / c.groups.max(1) * c.kernel[0] * c.kernel[1],
-                    output.dim(2) * output.dim(3),
-                ),
-                _ => 0,
-            },
+            Op::Conv2d(c) => conv_window_positions(c, inputs, output)
+                .map_or(0, |(window, positions)| conv_chunk_bytes(window, positions)),
             // The convolution it transposes: windows over the output's channels, one row per
             // input position.
             Op::ConvTranspose2d(c) => match inputs.first() {
@@ -1056,15 +1051,12 @@ impl Op {
     pub(crate) fn backward_workspace(&self, inputs: &[TensorType], output: &Shape) -> u64 {
         match self {
             Op::SelfAttention(_) => 2 * self.forward_workspace(inputs, output),
-            Op::Conv2d(c) if c.activation == Activation::Relu => match inputs.first() {
-                Some(x) if x.shape.rank() == 4 && output.rank() == 4 => {
-                    let window = x.shape.dim(1) / c.groups.max(1) * c.kernel[0] * c.kernel[1];
-                    let positions = output.dim(2) * output.dim(3);
+            Op::Conv2d(c) if c.activation == Activation::Relu => {
+                conv_window_positions(c, inputs, output).map_or(0, |(window, positions)| {
                     conv_chunk_bytes(window, positions)
                         + conv_masked_bytes(window, positions, c.filters / c.groups.max(1))
-                }
-                _ => self.forward_workspace(inputs, output),
-            },
+                })
+            }
             _ => self.forward_workspace(inputs, output),
         }
     }
@@ -1074,16 +1066,36 @@ impl Op {
 /// (`checkmate_executor::conv_cpu`): the bound on a convolution's scratch.
 pub const CONV_CHUNK_BYTES: usize = 1 << 20;
 
+/// Output positions per chunk of the executor's CPU convolution for elements of `elem` bytes:
+/// `clamp(CONV_CHUNK_BYTES / (elem * window), 1, positions)` (the kernel uses this formula too).
+pub fn conv_chunk_rows(window: usize, positions: usize, elem: usize) -> usize {
+    (CONV_CHUNK_BYTES / (elem.max(1) * window.max(1))).clamp(1, positions.max(1))
+}
+
 /// The masked upstream-gradient buffer of a convolution followed by ReLU, in f32 bytes:
-/// `filters_per_group * rows` elements, `rows` as in [`conv_chunk_bytes`].
+/// `filters_per_group * rows` elements, `rows` from [`conv_chunk_rows`].
 pub fn conv_masked_bytes(window: usize, positions: usize, filters_per_group: usize) -> u64 {
-    let rows = (CONV_CHUNK_BYTES / (4 * window.max(1))).clamp(1, positions.max(1));
-    (4 * rows * filters_per_group) as u64
+    (4 * conv_chunk_rows(window, positions, 4) * filters_per_group) as u64
 }
 
 /// The one chunk buffer of the executor's CPU convolution, in f32 bytes: `rows * window`
-/// elements, `rows = clamp(CONV_CHUNK_BYTES / (4 * window), 1, positions)`.
+/// elements, `rows` from [`conv_chunk_rows`].
 pub fn conv_chunk_bytes(window: usize, positions: usize) -> u64 {
-    let rows = (CONV_CHUNK_BYTES / (4 * window.max(1))).clamp(1, positions.max(1));
-    (4 * rows * window) as u64
+    (4 * conv_chunk_rows(window, positions, 4) * window) as u64
+}
+
+/// A convolution's window columns per group (`cin / groups * kh * kw`) and output positions, for
+/// NCHW input and output.
+fn conv_window_positions(
+    c: &Conv2d,
+    inputs: &[TensorType],
+    output: &Shape,
+) -> Option<(usize, usize)> {
+    let x = inputs
+        .first()
+        .filter(|x| x.shape.rank() == 4 && output.rank() == 4)?;
+    Some((
+        x.shape.dim(1) / c.groups.max(1) * c.kernel[0] * c.kernel[1],
+        output.dim(2) * output.dim(3),
+    ))
 }
