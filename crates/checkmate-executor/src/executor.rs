@@ -153,8 +153,17 @@ impl Executor {
                     _ => Tensor::zeros(dims, dtype, device),
                 }
                 .ctx(|| format!("initializing {}.{}", layer.name, spec.name))?;
+                // Gradients are static memory (SPEC.md section 2): allocated here, held for the
+                // executor's life, replaced by each step's backward node (`Executor::backward`).
+                gs.push(if spec.trainable {
+                    Some(
+                        Tensor::zeros(spec.shape.dims(), dtype, device)
+                            .ctx(|| format!("gradient of {}.{}", layer.name, spec.name))?,
+                    )
+                } else {
+                    None
+                });
                 ps.push(t);
-                gs.push(None);
             }
             params.push(ps);
             grads.push(gs);
@@ -238,8 +247,9 @@ impl Executor {
         &mut self.params
     }
 
-    /// Gradients of the last [`Executor::run_plan`] per layer and parameter (`None` for
-    /// non-trainable parameters and layers without a backward node).
+    /// Gradients of the last [`Executor::run_plan`] per layer and parameter (zeros before the
+    /// first; `None` for non-trainable parameters). They are static memory: held between steps,
+    /// each replaced by its layer's backward node.
     pub fn grads(&self) -> &[Vec<Option<Tensor>>] {
         &self.grads
     }
@@ -342,9 +352,6 @@ impl Executor {
         let sim = simulate(&self.tg.graph, plan)?;
         let n = self.tg.graph.len();
         let mut regs: Vec<Option<Vec<Tensor>>> = vec![None; n];
-        for g in self.grads.iter_mut().flatten() {
-            *g = None;
-        }
         let mut grads_done = vec![false; self.net.layers().len()];
         // Batch-norm running statistics of this step, from the first compute of each layer.
         let mut running: Vec<Option<(Tensor, Tensor)>> = vec![None; self.net.layers().len()];
@@ -598,9 +605,7 @@ impl Executor {
             }
             Op::Dropout { rate } => {
                 let seed = k::dropout_seed(self.seed, self.steps_run, l);
-                let mask =
-                    k::dropout_mask(x.dims(), *rate, seed, x.dtype(), x.device()).ctx(ctx)?;
-                x.mul(&mask).ctx(ctx)?
+                k::dropout_apply(x, *rate, seed).ctx(ctx)?
             }
             Op::Embedding { .. } => k::embedding_forward(x, &ps[0]).ctx(ctx)?,
             Op::PositionEmbedding { .. } => k::position_embedding_forward(x, &ps[0]).ctx(ctx)?,
@@ -747,10 +752,17 @@ impl Executor {
             return Err(self.unsupported(l, "backward node without upstream gradient"));
         };
         let need = |i: usize| bn.input_grads.get(i).copied().unwrap_or(false);
+        let first_time = !grads_done[l];
+        if first_time {
+            // The last step's gradients are static memory until this node replaces them: they
+            // go just before the kernel allocates the new ones, so the heap never holds both.
+            for slot in &mut self.grads[l] {
+                *slot = None;
+            }
+        }
         let x0 = || -> Result<&Tensor> {
             xs[0].ok_or_else(|| self.unsupported(l, "gradient rule needs the input"))
         };
-        let first_time = !grads_done[l];
         let mut outs: Vec<Option<Tensor>> = vec![None; layer.inputs.len()];
         match &layer.op {
             Op::Dense(_) => {
@@ -790,9 +802,7 @@ impl Executor {
             }
             Op::Dropout { rate } => {
                 let seed = k::dropout_seed(self.seed, self.steps_run, l);
-                let mask =
-                    k::dropout_mask(g.dims(), *rate, seed, g.dtype(), g.device()).ctx(ctx)?;
-                outs[0] = Some(g.mul(&mask).ctx(ctx)?);
+                outs[0] = Some(k::dropout_apply(&g, *rate, seed).ctx(ctx)?);
             }
             Op::Embedding { .. } => {
                 if first_time {

@@ -6,13 +6,16 @@
 
 use candle_core::{DType, Device, Result, Tensor, WithDType};
 
-use crate::conv_cpu;
+use crate::{conv_cpu, direct_cpu};
 use checkmate_models::{Activation, Conv2d, ConvTranspose2d, Pool2d};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Softmax over `axis`.
 pub fn softmax(x: &Tensor, axis: usize) -> Result<Tensor> {
+    if direct_cpu::applies(x) {
+        return direct_cpu::softmax(x, axis);
+    }
     let m = x.max_keepdim(axis)?;
     let e = x.broadcast_sub(&m)?.exp()?;
     let s = e.sum_keepdim(axis)?;
@@ -24,6 +27,7 @@ pub fn activation_forward(x: &Tensor, act: Activation, axis: usize) -> Result<Te
     match act {
         Activation::Linear => Ok(x.clone()),
         Activation::Relu => x.relu(),
+        Activation::Relu6 if direct_cpu::applies(x) => direct_cpu::unary(x, |v| v.clamp(0.0, 6.0)),
         Activation::Relu6 => x.clamp(0f64, 6f64),
         Activation::Softmax => softmax(x, axis),
         Activation::Gelu => x.gelu(),
@@ -43,6 +47,16 @@ pub fn activation_backward(
         Activation::Linear => Ok(g.clone()),
         Activation::Relu if conv_cpu::applies(g) && g.dims() == y.dims() => relu_backward_cpu(y, g),
         Activation::Relu => g.mul(&y.gt(0f64)?.to_dtype(g.dtype())?),
+        Activation::Relu6 if direct_cpu::applies(g) => {
+            direct_cpu::unary_backward(y, g, |y, g| if y > 0.0 && y < 6.0 { g } else { 0.0 })
+        }
+        Activation::Softmax if direct_cpu::applies(g) => direct_cpu::softmax_backward(y, g, axis),
+        Activation::Gelu if direct_cpu::applies(g) => {
+            let Some(x) = x else {
+                candle_core::bail!("the GELU gradient needs the layer input")
+            };
+            direct_cpu::unary_backward(x, g, |x, g| g * gelu_derivative(x))
+        }
         Activation::Relu6 => {
             let inside = y.gt(0f64)?.mul(&y.lt(6f64)?)?;
             g.mul(&inside.to_dtype(g.dtype())?)
@@ -67,6 +81,14 @@ pub fn activation_backward(
             g.mul(&d)
         }
     }
+}
+
+/// Derivative of the tanh approximation of GELU, `0.5 x (1 + tanh(k (x + 0.044715 x^3)))`.
+fn gelu_derivative(x: f64) -> f64 {
+    let k = (2.0f64 / std::f64::consts::PI).sqrt();
+    let t = (k * (x + 0.044715 * x * x * x)).tanh();
+    let dinner = k * (1.0 + 3.0 * 0.044715 * x * x);
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner
 }
 
 /// `g` where `y > 0`, else 0, in one pass allocating only the result (CPU).
@@ -132,6 +154,9 @@ pub fn dense_backward(
 
 /// Pads the two spatial axes of an NCHW tensor with zeros: `[top, bottom, left, right]`.
 pub fn pad2d(x: &Tensor, p: [usize; 4]) -> Result<Tensor> {
+    if direct_cpu::applies(x) && p.iter().any(|&v| v > 0) {
+        return direct_cpu::pad2d(x, p);
+    }
     let x = if p[0] + p[1] > 0 {
         x.pad_with_zeros(2, p[0], p[1])?
     } else {
@@ -1030,6 +1055,9 @@ pub fn cross_entropy_nd(
     from_logits: bool,
 ) -> Result<Tensor> {
     check_labels(pred, labels, axis)?;
+    if direct_cpu::applies(pred) {
+        return direct_cpu::cross_entropy(pred, labels, axis, from_logits);
+    }
     let n = pred.dim(0)?;
     let (rows, _) = class_rows(pred, axis)?;
     let idx = labels.flatten_all()?.unsqueeze(1)?;
@@ -1078,6 +1106,9 @@ pub fn cross_entropy_nd_backward(
     from_logits: bool,
 ) -> Result<Tensor> {
     check_labels(pred, labels, axis)?;
+    if direct_cpu::applies(pred) {
+        return direct_cpu::cross_entropy_backward(pred, labels, axis, from_logits);
+    }
     let (rows, perm) = class_rows(pred, axis)?;
     let (r, c) = rows.dims2()?;
     let p = if from_logits {
@@ -1157,6 +1188,9 @@ pub fn batch_norm_forward(
     beta: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor, Tensor)> {
+    if direct_cpu::applies(x) {
+        return direct_cpu::batch_norm_forward(x, gamma, beta, eps);
+    }
     let (x3, c) = channels3(x)?;
     let (xhat, _, mean, var) = bn_normalize(&x3, eps)?;
     let y = xhat
@@ -1198,6 +1232,9 @@ pub fn batch_norm_backward(
     g: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor, Tensor)> {
+    if direct_cpu::applies(x) {
+        return direct_cpu::batch_norm_backward(x, gamma, g, eps);
+    }
     let (x3, c) = channels3(x)?;
     let g3 = g.reshape(x3.dims())?;
     let (xhat, inv, _, _) = bn_normalize(&x3, eps)?;
@@ -1229,6 +1266,9 @@ fn ln_normalize(x2: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
 
 /// Layer normalization over the last axis with scale `gamma` and shift `beta`.
 pub fn layer_norm_forward(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
+    if direct_cpu::applies(x) {
+        return direct_cpu::layer_norm(x, gamma, beta, eps);
+    }
     let (xhat, _) = ln_normalize(&rows2(x)?, eps)?;
     xhat.broadcast_mul(gamma)?
         .broadcast_add(beta)?
@@ -1242,6 +1282,9 @@ pub fn layer_norm_backward(
     g: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor, Tensor)> {
+    if direct_cpu::applies(x) {
+        return direct_cpu::layer_norm_backward(x, gamma, g, eps);
+    }
     let x2 = rows2(x)?;
     let g2 = g.reshape(x2.dims())?;
     let (xhat, inv) = ln_normalize(&x2, eps)?;
@@ -1286,6 +1329,16 @@ pub fn dropout_mask(
         .map(|_| if rng.gen::<f32>() < rate { 0.0 } else { keep })
         .collect();
     from_f64_vec(v, dims, dtype, dev)
+}
+
+/// `x` times the inverted-dropout mask of [`dropout_mask`] for `seed`; on the CPU without
+/// forming the mask (bitwise the same product).
+pub fn dropout_apply(x: &Tensor, rate: f32, seed: u64) -> Result<Tensor> {
+    if direct_cpu::applies(x) {
+        return direct_cpu::dropout(x, rate, seed);
+    }
+    let mask = dropout_mask(x.dims(), rate, seed, x.dtype(), x.device())?;
+    x.mul(&mask)
 }
 
 /// Token embedding: `u32` ids `[N, T]` to rows of `weight` `[vocab, dim]`: `[N, T, dim]`.

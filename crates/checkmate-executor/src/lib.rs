@@ -47,6 +47,7 @@
 pub mod conv_cpu;
 pub mod data;
 pub mod dataset;
+pub mod direct_cpu;
 mod error;
 mod executor;
 pub mod heap;

@@ -1015,7 +1015,7 @@ impl Op {
         }
     }
 
-    /// Scratch bytes live only during the forward computation: attention's QKV and scores; a
+    /// Scratch bytes live only during the forward computation: attention's projections and scores; a
     /// convolution's one chunk of unfolded windows ([`conv_chunk_bytes`]).
     pub(crate) fn forward_workspace(&self, inputs: &[TensorType], output: &Shape) -> u64 {
         match self {
@@ -1025,7 +1025,11 @@ impl Op {
                     output.dim(1) as u64,
                     output.dim(2) as u64,
                 ];
-                4 * (3 * n * t * c + n * a.heads as u64 * t * t)
+                // The executor's kernel at its high-water mark (measured at three lengths with
+                // the counting allocator, exact): the QKV projection and its bias sum, the heads'
+                // Q, K, V and transposed K, the attention output, the output projection (seven
+                // `[N, T, C]` tensors) and two score tensors `[N, heads, T, T]`.
+                4 * (7 * n * t * c + 2 * n * a.heads as u64 * t * t)
             }
             Op::Conv2d(c) => conv_window_positions(c, inputs, output)
                 .map_or(0, |(window, positions)| conv_chunk_bytes(window, positions)),
@@ -1043,7 +1047,8 @@ impl Op {
     }
 
     /// Scratch bytes of the backward computation beyond the upstream-gradient temporaries:
-    /// attention recomputes QKV and scores and holds their gradients; a convolution reuses one
+    /// attention recomputes its forward and holds the gradients of every part (twice the forward
+    /// scratch, a bound: the kernel's high-water mark is 8-14% below it); a convolution reuses one
     /// chunk buffer for the windows and their gradients.
     ///
     /// A convolution followed by ReLU also masks its upstream gradient chunk by chunk

@@ -1,0 +1,553 @@
+//! Direct CPU kernels that allocate only their result (plus per-channel or per-row statistics):
+//! batch normalization, softmax, elementwise activation gradients and zero padding. candle's
+//! tensor-op versions of these allocate one temporary per elementwise step (batch-norm backward:
+//! about seven output-sized tensors), which the training graph does not model.
+//!
+//! f32 and f64 only ([`applies`]); statistics are accumulated in f64 in one fixed order, so the
+//! results do not depend on the thread count. Other dtypes and devices use the tensor-op kernels
+//! of [`crate::kernels`].
+
+use candle_core::{DType, Result, Tensor, WithDType};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+use crate::conv_cpu::with_slice;
+
+/// Whether these kernels take `t` (CPU, f32 or f64): the same test as the chunked convolution.
+pub fn applies(t: &Tensor) -> bool {
+    crate::conv_cpu::applies(t)
+}
+
+/// Runs `f` with the element type of `t` (f32 or f64).
+macro_rules! typed {
+    ($t:expr, $f:ident ( $($arg:expr),* )) => {
+        match $t.dtype() {
+            DType::F32 => $f::<f32>($($arg),*),
+            DType::F64 => $f::<f64>($($arg),*),
+            other => candle_core::bail!("direct kernel: dtype {other:?} not supported"),
+        }
+    };
+}
+
+/// `[outer, len, inner]` of `dims` around `axis`.
+fn around(dims: &[usize], axis: usize) -> Result<(usize, usize, usize)> {
+    if axis >= dims.len() {
+        candle_core::bail!("axis {axis} out of range for {dims:?}")
+    }
+    let outer = dims[..axis].iter().product();
+    let inner = dims[axis + 1..].iter().product();
+    Ok((outer, dims[axis], inner))
+}
+
+/// `f(src, g)` elementwise: the gradient of an elementwise activation from its input or output
+/// `src` and the upstream gradient `g`, in one pass (the result is the only allocation).
+pub fn unary_backward(src: &Tensor, g: &Tensor, f: fn(f64, f64) -> f64) -> Result<Tensor> {
+    fn run<T: WithDType>(src: &Tensor, g: &Tensor, f: fn(f64, f64) -> f64) -> Result<Tensor> {
+        with_slice::<T, _>(src, |s| {
+            with_slice::<T, _>(g, |gs| {
+                let out: Vec<T> = s
+                    .par_iter()
+                    .zip(gs.par_iter())
+                    .map(|(&a, &b)| T::from_f64(f(a.to_f64(), b.to_f64())))
+                    .collect();
+                Tensor::from_vec(out, g.dims(), g.device())
+            })
+        })
+    }
+    if src.dims() != g.dims() {
+        candle_core::bail!("unary_backward: {:?} vs {:?}", src.dims(), g.dims())
+    }
+    typed!(g, run(src, g, f))
+}
+
+/// Softmax over `axis`, in two passes per row (maximum and sum, then the quotients).
+pub fn softmax(x: &Tensor, axis: usize) -> Result<Tensor> {
+    fn run<T: WithDType>(x: &Tensor, axis: usize) -> Result<Tensor> {
+        let (outer, len, inner) = around(x.dims(), axis)?;
+        with_slice::<T, _>(x, |xs| {
+            let mut out = vec![T::from_f64(0.0); xs.len()];
+            out.par_chunks_mut((len * inner).max(1))
+                .zip(xs.par_chunks((len * inner).max(1)))
+                .for_each(|(o, x)| {
+                    for i in 0..inner {
+                        let at = |k: usize| k * inner + i;
+                        let m = (0..len).map(|k| x[at(k)].to_f64()).fold(f64::MIN, f64::max);
+                        let mut sum = 0.0;
+                        for k in 0..len {
+                            let e = (x[at(k)].to_f64() - m).exp();
+                            sum += e;
+                            o[at(k)] = T::from_f64(e);
+                        }
+                        for k in 0..len {
+                            o[at(k)] = T::from_f64(o[at(k)].to_f64() / sum);
+                        }
+                    }
+                });
+            debug_assert_eq!(out.len(), outer * len * inner);
+            Tensor::from_vec(out, x.dims(), x.device())
+        })
+    }
+    typed!(x, run(x, axis))
+}
+
+/// Gradient of softmax over `axis` from its output `y`: `y * (g - sum(g * y))`.
+pub fn softmax_backward(y: &Tensor, g: &Tensor, axis: usize) -> Result<Tensor> {
+    fn run<T: WithDType>(y: &Tensor, g: &Tensor, axis: usize) -> Result<Tensor> {
+        let (_, len, inner) = around(y.dims(), axis)?;
+        let row = (len * inner).max(1);
+        with_slice::<T, _>(y, |ys| {
+            with_slice::<T, _>(g, |gs| {
+                let mut out = vec![T::from_f64(0.0); ys.len()];
+                out.par_chunks_mut(row)
+                    .zip(ys.par_chunks(row).zip(gs.par_chunks(row)))
+                    .for_each(|(o, (y, g))| {
+                        for i in 0..inner {
+                            let at = |k: usize| k * inner + i;
+                            let s: f64 = (0..len)
+                                .map(|k| g[at(k)].to_f64() * y[at(k)].to_f64())
+                                .sum();
+                            for k in 0..len {
+                                let v = y[at(k)].to_f64() * (g[at(k)].to_f64() - s);
+                                o[at(k)] = T::from_f64(v);
+                            }
+                        }
+                    });
+                Tensor::from_vec(out, g.dims(), g.device())
+            })
+        })
+    }
+    if y.dims() != g.dims() {
+        candle_core::bail!("softmax_backward: {:?} vs {:?}", y.dims(), g.dims())
+    }
+    typed!(g, run(y, g, axis))
+}
+
+/// `[N, C, R]` of a batch-norm input `[N, C, ...]`.
+fn ncr(dims: &[usize]) -> Result<(usize, usize, usize)> {
+    if dims.len() < 2 {
+        candle_core::bail!("batch norm needs [N, C, ...], got {dims:?}")
+    }
+    Ok((dims[0], dims[1], dims[2..].iter().product()))
+}
+
+/// Per-channel batch mean and biased variance of `[N, C, R]` data, in f64, channels in parallel.
+fn channel_stats<T: WithDType>(xs: &[T], (n, c, r): (usize, usize, usize)) -> Vec<(f64, f64)> {
+    let count = (n * r).max(1) as f64;
+    (0..c)
+        .into_par_iter()
+        .map(|ch| {
+            let planes = || (0..n).map(move |s| &xs[(s * c + ch) * r..(s * c + ch + 1) * r]);
+            let mean = planes().flatten().map(|v| v.to_f64()).sum::<f64>() / count;
+            let var = planes()
+                .flatten()
+                .map(|v| (v.to_f64() - mean).powi(2))
+                .sum::<f64>()
+                / count;
+            (mean, var)
+        })
+        .collect()
+}
+
+/// Batch normalization over axis 1 in training mode: `(y, batch mean [C], biased batch variance
+/// [C])`. Allocates the output and the two statistics.
+pub fn batch_norm_forward(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    fn run<T: WithDType>(
+        x: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let shape = ncr(x.dims())?;
+        let (_, c, r) = shape;
+        let gm: Vec<f64> =
+            with_slice::<T, _>(gamma, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
+        let bt: Vec<f64> =
+            with_slice::<T, _>(beta, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
+        if gm.len() != c || bt.len() != c {
+            candle_core::bail!(
+                "batch norm: {c} channels, gamma {}, beta {}",
+                gm.len(),
+                bt.len()
+            )
+        }
+        with_slice::<T, _>(x, |xs| {
+            let stats = channel_stats(xs, shape);
+            let mut out = vec![T::from_f64(0.0); xs.len()];
+            out.par_chunks_mut(r.max(1))
+                .zip(xs.par_chunks(r.max(1)))
+                .enumerate()
+                .for_each(|(plane, (o, x))| {
+                    let ch = plane % c;
+                    let (mean, var) = stats[ch];
+                    let scale = gm[ch] / (var + eps).sqrt();
+                    for (o, &x) in o.iter_mut().zip(x) {
+                        *o = T::from_f64((x.to_f64() - mean) * scale + bt[ch]);
+                    }
+                });
+            let dev = x.device();
+            let mean: Vec<T> = stats.iter().map(|s| T::from_f64(s.0)).collect();
+            let var: Vec<T> = stats.iter().map(|s| T::from_f64(s.1)).collect();
+            Ok((
+                Tensor::from_vec(out, x.dims(), dev)?,
+                Tensor::from_vec(mean, c, dev)?,
+                Tensor::from_vec(var, c, dev)?,
+            ))
+        })
+    }
+    typed!(x, run(x, gamma, beta, eps))
+}
+
+/// Gradients of training-mode batch normalization from its input and the gradient `g` of its
+/// output (statistics recomputed from `x`): `(dx, dgamma, dbeta)`, with
+/// `dx = gamma / sigma * (g - mean(g) - xhat * mean(g * xhat))`. Allocates `dx` and three
+/// per-channel vectors.
+pub fn batch_norm_backward(
+    x: &Tensor,
+    gamma: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    fn run<T: WithDType>(
+        x: &Tensor,
+        gamma: &Tensor,
+        g: &Tensor,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let shape = ncr(x.dims())?;
+        let (n, c, r) = shape;
+        let gm: Vec<f64> =
+            with_slice::<T, _>(gamma, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
+        if gm.len() != c {
+            candle_core::bail!("batch norm: {c} channels, gamma {}", gm.len())
+        }
+        with_slice::<T, _>(x, |xs| {
+            with_slice::<T, _>(g, |gs| {
+                let stats = channel_stats(xs, shape);
+                // Per channel: (sum g, sum g * xhat), each in one fixed order.
+                let sums: Vec<(f64, f64)> = (0..c)
+                    .into_par_iter()
+                    .map(|ch| {
+                        let (mean, var) = stats[ch];
+                        let inv = 1.0 / (var + eps).sqrt();
+                        let (mut sg, mut sgx) = (0.0, 0.0);
+                        for s in 0..n {
+                            let at = (s * c + ch) * r;
+                            for (&x, &g) in xs[at..at + r].iter().zip(&gs[at..at + r]) {
+                                let g = g.to_f64();
+                                sg += g;
+                                sgx += g * (x.to_f64() - mean) * inv;
+                            }
+                        }
+                        (sg, sgx)
+                    })
+                    .collect();
+                let count = (n * r).max(1) as f64;
+                let mut dx = vec![T::from_f64(0.0); xs.len()];
+                dx.par_chunks_mut(r.max(1))
+                    .zip(xs.par_chunks(r.max(1)).zip(gs.par_chunks(r.max(1))))
+                    .enumerate()
+                    .for_each(|(plane, (d, (x, g)))| {
+                        let ch = plane % c;
+                        let (mean, var) = stats[ch];
+                        let inv = 1.0 / (var + eps).sqrt();
+                        let (mg, mgx) = (sums[ch].0 / count, sums[ch].1 / count);
+                        let k = gm[ch] * inv;
+                        for (d, (&x, &g)) in d.iter_mut().zip(x.iter().zip(g)) {
+                            let xhat = (x.to_f64() - mean) * inv;
+                            *d = T::from_f64(k * (g.to_f64() - mg - xhat * mgx));
+                        }
+                    });
+                let dev = x.device();
+                let dgamma: Vec<T> = sums.iter().map(|s| T::from_f64(s.1)).collect();
+                let dbeta: Vec<T> = sums.iter().map(|s| T::from_f64(s.0)).collect();
+                Ok((
+                    Tensor::from_vec(dx, x.dims(), dev)?,
+                    Tensor::from_vec(dgamma, c, dev)?,
+                    Tensor::from_vec(dbeta, c, dev)?,
+                ))
+            })
+        })
+    }
+    if x.dims() != g.dims() {
+        candle_core::bail!("batch_norm_backward: {:?} vs {:?}", x.dims(), g.dims())
+    }
+    typed!(x, run(x, gamma, g, eps))
+}
+
+/// Zero padding of the two spatial axes of NCHW `x` by `[top, bottom, left, right]`: one
+/// allocation, the output.
+pub fn pad2d(x: &Tensor, p: [usize; 4]) -> Result<Tensor> {
+    fn run<T: WithDType>(x: &Tensor, p: [usize; 4]) -> Result<Tensor> {
+        let (n, c, h, w) = x.dims4()?;
+        let (hp, wp) = (h + p[0] + p[1], w + p[2] + p[3]);
+        with_slice::<T, _>(x, |xs| {
+            let mut out = vec![T::from_f64(0.0); n * c * hp * wp];
+            out.par_chunks_mut((hp * wp).max(1))
+                .zip(xs.par_chunks((h * w).max(1)))
+                .for_each(|(o, x)| {
+                    for y in 0..h {
+                        let at = (y + p[0]) * wp + p[2];
+                        o[at..at + w].copy_from_slice(&x[y * w..(y + 1) * w]);
+                    }
+                });
+            Tensor::from_vec(out, (n, c, hp, wp), x.device())
+        })
+    }
+    typed!(x, run(x, p))
+}
+
+/// `x` times the inverted-dropout mask that [`crate::kernels::dropout_mask`] draws from `seed`
+/// (the same stream, element by element), without forming the mask: each product is the one
+/// `x * mask` computes, bit for bit.
+pub fn dropout(x: &Tensor, rate: f32, seed: u64) -> Result<Tensor> {
+    fn run<T: WithDType>(x: &Tensor, rate: f32, seed: u64) -> Result<Tensor> {
+        let keep = T::from_f64(1.0 / (1.0 - rate as f64)).to_f64();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        with_slice::<T, _>(x, |xs| {
+            let out: Vec<T> = xs
+                .iter()
+                .map(|&v| {
+                    let m = if rng.gen::<f32>() < rate { 0.0 } else { keep };
+                    T::from_f64(v.to_f64() * m)
+                })
+                .collect();
+            Tensor::from_vec(out, x.dims(), x.device())
+        })
+    }
+    if !(0.0..1.0).contains(&rate) {
+        candle_core::bail!("dropout rate {rate} must be in [0, 1)")
+    }
+    typed!(x, run(x, rate, seed))
+}
+
+/// Labels as `usize`, each checked against `classes`.
+fn label_indices(labels: &Tensor, classes: usize) -> Result<Vec<usize>> {
+    let l = labels.flatten_all()?.to_vec1::<u32>()?;
+    l.into_iter()
+        .map(|c| {
+            let c = c as usize;
+            if c >= classes {
+                candle_core::bail!("label {c} out of range for {classes} classes")
+            }
+            Ok(c)
+        })
+        .collect()
+}
+
+/// Per-example cross-entropy of [`crate::kernels::cross_entropy_nd`] (classes on `axis`, mean
+/// over each example's positions) read in place, without moving the classes last: allocates the
+/// `[N]` result only.
+pub fn cross_entropy(
+    pred: &Tensor,
+    labels: &Tensor,
+    axis: usize,
+    from_logits: bool,
+) -> Result<Tensor> {
+    fn run<T: WithDType>(
+        pred: &Tensor,
+        labels: &[usize],
+        axis: usize,
+        from_logits: bool,
+    ) -> Result<Tensor> {
+        let (outer, len, inner) = around(pred.dims(), axis)?;
+        let n = pred.dim(0)?.max(1);
+        let per_example = outer / n * inner;
+        with_slice::<T, _>(pred, |ps| {
+            let loss: Vec<T> = (0..n)
+                .map(|e| {
+                    let mut sum = 0.0;
+                    for o in e * outer / n..(e + 1) * outer / n {
+                        for i in 0..inner {
+                            let at = |k: usize| (o * len + k) * inner + i;
+                            let label = labels[o * inner + i];
+                            sum += if from_logits {
+                                let m = (0..len)
+                                    .map(|k| ps[at(k)].to_f64())
+                                    .fold(f64::MIN, f64::max);
+                                let s: f64 = (0..len).map(|k| (ps[at(k)].to_f64() - m).exp()).sum();
+                                s.ln() + m - ps[at(label)].to_f64()
+                            } else {
+                                -ps[at(label)].to_f64().clamp(1e-7, 1.0).ln()
+                            };
+                        }
+                    }
+                    T::from_f64(sum / per_example.max(1) as f64)
+                })
+                .collect();
+            Tensor::from_vec(loss, n, pred.device())
+        })
+    }
+    let labels = label_indices(labels, pred.dim(axis)?)?;
+    typed!(pred, run(pred, &labels, axis, from_logits))
+}
+
+/// Gradient of the batch mean of [`cross_entropy`] with respect to the softmax's input,
+/// `(p - onehot) / rows` in `pred`'s own layout (`p` = softmax of `pred` when `from_logits`, else
+/// `pred`): allocates the result only.
+pub fn cross_entropy_backward(
+    pred: &Tensor,
+    labels: &Tensor,
+    axis: usize,
+    from_logits: bool,
+) -> Result<Tensor> {
+    fn run<T: WithDType>(
+        pred: &Tensor,
+        labels: &[usize],
+        axis: usize,
+        from_logits: bool,
+    ) -> Result<Tensor> {
+        let (outer, len, inner) = around(pred.dims(), axis)?;
+        let rows = (outer * inner).max(1) as f64;
+        let block = (len * inner).max(1);
+        with_slice::<T, _>(pred, |ps| {
+            let mut out = vec![T::from_f64(0.0); ps.len()];
+            out.par_chunks_mut(block)
+                .zip(ps.par_chunks(block))
+                .enumerate()
+                .for_each(|(o, (g, p))| {
+                    for i in 0..inner {
+                        let at = |k: usize| k * inner + i;
+                        let label = labels[o * inner + i];
+                        let (m, s) = if from_logits {
+                            let m = (0..len).map(|k| p[at(k)].to_f64()).fold(f64::MIN, f64::max);
+                            (
+                                m,
+                                (0..len).map(|k| (p[at(k)].to_f64() - m).exp()).sum::<f64>(),
+                            )
+                        } else {
+                            (0.0, 1.0)
+                        };
+                        for k in 0..len {
+                            let v = p[at(k)].to_f64();
+                            let prob = if from_logits { (v - m).exp() / s } else { v };
+                            let hot = if k == label { 1.0 } else { 0.0 };
+                            g[at(k)] = T::from_f64((prob - hot) / rows);
+                        }
+                    }
+                });
+            Tensor::from_vec(out, pred.dims(), pred.device())
+        })
+    }
+    let labels = label_indices(labels, pred.dim(axis)?)?;
+    typed!(pred, run(pred, &labels, axis, from_logits))
+}
+
+/// An elementwise activation `f(x)` in one pass (candle's `clamp`, for ReLU6, forms a
+/// temporary).
+pub fn unary(x: &Tensor, f: fn(f64) -> f64) -> Result<Tensor> {
+    fn run<T: WithDType>(x: &Tensor, f: fn(f64) -> f64) -> Result<Tensor> {
+        with_slice::<T, _>(x, |xs| {
+            let out: Vec<T> = xs.par_iter().map(|&v| T::from_f64(f(v.to_f64()))).collect();
+            Tensor::from_vec(out, x.dims(), x.device())
+        })
+    }
+    typed!(x, run(x, f))
+}
+
+/// Mean and `1 / sqrt(var + eps)` of one row, in f64.
+fn row_stats<T: WithDType>(row: &[T], eps: f64) -> (f64, f64) {
+    let len = row.len().max(1) as f64;
+    let mean = row.iter().map(|v| v.to_f64()).sum::<f64>() / len;
+    let var = row.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>() / len;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// `gamma` or `beta` as f64, checked against `c` entries.
+fn per_column<T: WithDType>(t: &Tensor, c: usize, what: &str) -> Result<Vec<f64>> {
+    let v: Vec<f64> = with_slice::<T, _>(t, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
+    if v.len() != c {
+        candle_core::bail!("layer norm: {c} columns, {what} has {}", v.len())
+    }
+    Ok(v)
+}
+
+/// Layer normalization over the last axis with scale `gamma` and shift `beta`, rows in
+/// parallel: allocates the output only.
+pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
+    fn run<T: WithDType>(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
+        let c = *x.dims().last().unwrap_or(&1);
+        let gm = per_column::<T>(gamma, c, "gamma")?;
+        let bt = per_column::<T>(beta, c, "beta")?;
+        with_slice::<T, _>(x, |xs| {
+            let mut out = vec![T::from_f64(0.0); xs.len()];
+            out.par_chunks_mut(c.max(1))
+                .zip(xs.par_chunks(c.max(1)))
+                .for_each(|(o, x)| {
+                    let (mean, inv) = row_stats(x, eps);
+                    for (j, (o, &x)) in o.iter_mut().zip(x).enumerate() {
+                        *o = T::from_f64((x.to_f64() - mean) * inv * gm[j] + bt[j]);
+                    }
+                });
+            Tensor::from_vec(out, x.dims(), x.device())
+        })
+    }
+    typed!(x, run(x, gamma, beta, eps))
+}
+
+/// Gradients of [`layer_norm`]: `(dx, dgamma, dbeta)`, `dx` rows in parallel, the parameter
+/// gradients summed over rows in order. Allocates `dx` and two `[C]` vectors.
+pub fn layer_norm_backward(
+    x: &Tensor,
+    gamma: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    fn run<T: WithDType>(
+        x: &Tensor,
+        gamma: &Tensor,
+        g: &Tensor,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let c = *x.dims().last().unwrap_or(&1);
+        let gm = per_column::<T>(gamma, c, "gamma")?;
+        with_slice::<T, _>(x, |xs| {
+            with_slice::<T, _>(g, |gs| {
+                let mut dx = vec![T::from_f64(0.0); xs.len()];
+                dx.par_chunks_mut(c.max(1))
+                    .zip(xs.par_chunks(c.max(1)).zip(gs.par_chunks(c.max(1))))
+                    .for_each(|(d, (x, g))| {
+                        let (mean, inv) = row_stats(x, eps);
+                        let len = c.max(1) as f64;
+                        let (mut mgh, mut mghx) = (0.0, 0.0);
+                        for j in 0..c {
+                            let gh = g[j].to_f64() * gm[j];
+                            mgh += gh;
+                            mghx += gh * (x[j].to_f64() - mean) * inv;
+                        }
+                        let (mgh, mghx) = (mgh / len, mghx / len);
+                        for j in 0..c {
+                            let xhat = (x[j].to_f64() - mean) * inv;
+                            let gh = g[j].to_f64() * gm[j];
+                            d[j] = T::from_f64(inv * (gh - mgh - xhat * mghx));
+                        }
+                    });
+                let (mut dgamma, mut dbeta) = (vec![0f64; c], vec![0f64; c]);
+                for (x, g) in xs.chunks(c.max(1)).zip(gs.chunks(c.max(1))) {
+                    let (mean, inv) = row_stats(x, eps);
+                    for j in 0..c {
+                        let gv = g[j].to_f64();
+                        dbeta[j] += gv;
+                        dgamma[j] += gv * (x[j].to_f64() - mean) * inv;
+                    }
+                }
+                let dev = x.device();
+                let cast = |v: Vec<f64>| v.into_iter().map(T::from_f64).collect::<Vec<T>>();
+                Ok((
+                    Tensor::from_vec(dx, x.dims(), dev)?,
+                    Tensor::from_vec(cast(dgamma), c, dev)?,
+                    Tensor::from_vec(cast(dbeta), c, dev)?,
+                ))
+            })
+        })
+    }
+    if x.dims() != g.dims() {
+        candle_core::bail!("layer_norm_backward: {:?} vs {:?}", x.dims(), g.dims())
+    }
+    typed!(x, run(x, gamma, g, eps))
+}
