@@ -88,7 +88,11 @@ impl MaxBatchArgs {
         options: &SolveOptions,
     ) -> Result<Option<Fit>> {
         let graph = self.graph(name, batch)?;
-        let Some(activation) = memory.checked_sub(graph.static_bytes()) else {
+        // The heap confirms the batch: leave room for the bytes no node models.
+        let Some(activation) = memory
+            .checked_sub(graph.static_bytes())
+            .and_then(|a| a.checked_sub(checkmate_executor::heap::RESERVE_BYTES))
+        else {
             return Ok(None);
         };
         // The strategy itself, not `solve`: an infeasible probe must not pay for a search of the

@@ -58,10 +58,10 @@ pub struct TrainArgs {
     pub baseline_steps: u64,
     /// Make the budget a hard cap on the process heap during the plan's steps: training stops
     /// with an error naming the first node whose step takes the heap (above the program's own)
-    /// over the budget (`--enforce-budget` or `--enforce-budget true`). Off by default while
-    /// kernel workspace is modelled for convolutions, ReLU, pooling and dense layers only
-    /// (docs/MEMORY.md); `cargo xtask train` turns it on.
-    #[arg(long, num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+    /// over the budget. On by default (`--enforce-budget false` turns it off); the solver then
+    /// gets the activation budget less `heap::RESERVE_BYTES` (2 MiB) for what no node models
+    /// (docs/MEMORY.md).
+    #[arg(long, num_args = 0..=1, default_value_t = true, default_missing_value = "true",
           action = clap::ArgAction::Set)]
     pub enforce_budget: bool,
     /// Print one JSON object instead of a table.
@@ -117,20 +117,37 @@ fn choose_plan(args: &TrainArgs, graph: &Graph) -> Result<ChosenPlan> {
             solve_seconds: 0.0,
         });
     }
-    let budget = resolve_budget(graph, args.budget)?;
+    let mut budget = resolve_budget(graph, args.budget)?;
     let strategy = strategy_by_name(&args.strategy)?;
     let options = args.solver.options(args.seed)?;
-    let solution = solve(graph, strategy.as_ref(), budget.activation_bytes, &options)
-        .with_context(|| {
-            format!(
-                "no {} plan trains {} within {} ({} static + {} for activations)",
-                args.strategy,
-                graph.name(),
-                format_bytes(budget.total_bytes),
-                format_bytes(graph.static_bytes()),
-                format_bytes(budget.activation_bytes)
-            )
-        })?;
+    // A hard cap leaves room for the bytes no node models: a byte budget gives the plan that much
+    // less; a percentage means what that share of checkpoint-all's activations needs in a real
+    // process, so the reserve is added to the total (`100%` still fits checkpoint-all).
+    let reserve = if args.enforce_budget {
+        checkmate_executor::heap::RESERVE_BYTES
+    } else {
+        0
+    };
+    if matches!(args.budget, Budget::PercentOfCheckpointAll(_)) {
+        budget.total_bytes += reserve;
+        budget.activation_bytes += reserve;
+    }
+    let activation = budget.activation_bytes.saturating_sub(reserve);
+    let solution = solve(graph, strategy.as_ref(), activation, &options).with_context(|| {
+        format!(
+            "no {} plan trains {} within {} ({} static + {} for activations{})",
+            args.strategy,
+            graph.name(),
+            format_bytes(budget.total_bytes),
+            format_bytes(graph.static_bytes()),
+            format_bytes(activation),
+            if reserve > 0 {
+                format!(", after a {} heap reserve", format_bytes(reserve))
+            } else {
+                String::new()
+            }
+        )
+    })?;
     let plan = solution.plan.ok_or_else(|| {
         anyhow::anyhow!(
             "{} found no plan within {} ({}); raise --budget or --time-limit",
@@ -490,10 +507,18 @@ fn report(
     println!("strategy     {} ({})", chosen.strategy, chosen.status);
     if let Some(b) = chosen.budget_bytes {
         println!(
-            "budget       {} total ({} static, {} for activations)",
+            "budget       {} total ({} static, {} for activations{})",
             format_bytes(b),
             format_bytes(static_bytes),
-            format_bytes(b.saturating_sub(static_bytes))
+            format_bytes(b.saturating_sub(static_bytes)),
+            if args.enforce_budget && args.plan.is_none() {
+                format!(
+                    ", of which the plan may use all but a {} heap reserve",
+                    format_bytes(checkmate_executor::heap::RESERVE_BYTES)
+                )
+            } else {
+                String::new()
+            }
         );
     }
     println!(

@@ -45,6 +45,9 @@ fn train_with_recomputation_matches_checkpoint_all_and_the_prediction() {
         "milp",
         "--baseline-steps",
         "4",
+        // The plan must be the tight one `solve` found: no heap reserve taken from the budget.
+        "--enforce-budget",
+        "false",
         "--json",
     ]);
     let (ok, r, out) = checkmate(&args);

@@ -86,6 +86,14 @@ pub fn installed() -> bool {
     INSTALLED.load(Ordering::Relaxed)
 }
 
+/// Heap bytes that no node models and that a hard cap must leave room for: gemm's packing
+/// buffers (per thread, grown to the largest product the process has run) and candle's tensor
+/// metadata and the executor's bookkeeping. On the zoo: up to 0.8 MiB held from the step's start
+/// and up to 0.75 MiB more inside a node (`tests/heap.rs` allows 1 MiB per node), 1.55 MiB in all
+/// at worst (ResNet50's first convolution's backward). `checkmate train` (with the budget
+/// enforced) and `max-batch` leave this much of the budget out of the plan.
+pub const RESERVE_BYTES: u64 = 2 << 20;
+
 /// Allocates, once per thread, what the CPU matrix products keep for the process's life: `gemm`
 /// caches a packing buffer (about the L2 cache's size) in a thread-local on every thread that
 /// runs a product, the first time it does (2 MiB per thread on this project's machines). Call it

@@ -11,7 +11,8 @@ use checkmate_graph::{Graph, NodeIdx, NodeKind};
 use petgraph::graph::{NodeIndex, UnGraph};
 
 use super::{
-    best_within, evaluate_checkpoints, greedy_frontier, least_peak, sqrtn_checkpoints, Evaluated,
+    best_set_within, best_within, evaluate_checkpoints, greedy_frontier, least_set_peak,
+    sqrtn_checkpoints, Evaluated, GreedySet,
 };
 use crate::error::Result;
 use crate::strategy::{Outcome, SolveOptions, Strategy};
@@ -85,7 +86,7 @@ impl Strategy for ApSqrtN {
 pub struct ApGreedy;
 
 impl ApGreedy {
-    fn frontier(graph: &Graph) -> Arc<Vec<Evaluated>> {
+    fn frontier(graph: &Graph) -> Arc<Vec<GreedySet>> {
         let mut is_candidate = vec![false; graph.len()];
         for v in articulation_points(graph) {
             is_candidate[v] = true;
@@ -100,11 +101,11 @@ impl Strategy for ApGreedy {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, _options: &SolveOptions) -> Result<Outcome> {
-        Ok(best_within(graph, &Self::frontier(graph), budget_bytes))
+        Ok(best_set_within(graph, &Self::frontier(graph), budget_bytes))
     }
 
     fn least_feasible_budget(&self, graph: &Graph, _options: &SolveOptions) -> Result<Option<u64>> {
-        Ok(least_peak(&Self::frontier(graph)))
+        Ok(least_set_peak(&Self::frontier(graph)))
     }
 }
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use checkmate_graph::{Graph, NodeIdx};
 
 use super::{
-    best_within, evaluate_checkpoints, greedy_frontier, least_peak, sqrtn_checkpoints, Evaluated,
+    best_set_within, best_within, evaluate_checkpoints, greedy_frontier, least_set_peak,
+    sqrtn_checkpoints, Evaluated, GreedySet,
 };
 use crate::error::Result;
 use crate::strategy::{Outcome, SolveOptions, Strategy};
@@ -49,7 +50,7 @@ impl Strategy for ChenSqrtN {
 pub struct ChenGreedy;
 
 impl ChenGreedy {
-    fn frontier(graph: &Graph) -> Arc<Vec<Evaluated>> {
+    fn frontier(graph: &Graph) -> Arc<Vec<GreedySet>> {
         let mut is_candidate = vec![false; graph.len()];
         for v in linearized_candidates(graph) {
             is_candidate[v] = true;
@@ -64,10 +65,10 @@ impl Strategy for ChenGreedy {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, _options: &SolveOptions) -> Result<Outcome> {
-        Ok(best_within(graph, &Self::frontier(graph), budget_bytes))
+        Ok(best_set_within(graph, &Self::frontier(graph), budget_bytes))
     }
 
     fn least_feasible_budget(&self, graph: &Graph, _options: &SolveOptions) -> Result<Option<u64>> {
-        Ok(least_peak(&Self::frontier(graph)))
+        Ok(least_set_peak(&Self::frontier(graph)))
     }
 }

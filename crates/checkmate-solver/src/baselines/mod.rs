@@ -187,6 +187,38 @@ pub(crate) fn least_peak(candidates: &[Evaluated]) -> Option<u64> {
     candidates.iter().map(|e| e.peak).min()
 }
 
+/// One checkpoint set of a greedy frontier, simulated: its peak and cost, and the set itself (the
+/// schedule is rebuilt for the set a strategy returns, so the memo holds a few bytes per node
+/// instead of a schedule: on ResNet50 the memoized schedules held 19 MB for the process's life).
+#[derive(Debug, Clone)]
+pub(crate) struct GreedySet {
+    pub(crate) peak: u64,
+    pub(crate) cost: f64,
+    pub(crate) checkpoints: Vec<bool>,
+}
+
+/// [`best_within`] over a greedy frontier: the cheapest set within `budget` (then the lowest
+/// peak), its schedule rebuilt.
+pub(crate) fn best_set_within(graph: &Graph, sets: &[GreedySet], budget: u64) -> Outcome {
+    let best = sets
+        .iter()
+        .filter(|e| e.peak <= budget)
+        .min_by(|a, b| a.cost.total_cmp(&b.cost).then(a.peak.cmp(&b.peak)));
+    match best {
+        Some(e) => best_within(
+            graph,
+            &[evaluate_checkpoints(graph, &e.checkpoints)],
+            budget,
+        ),
+        None => best_within(graph, &[], budget),
+    }
+}
+
+/// The least simulated peak of a greedy frontier.
+pub(crate) fn least_set_peak(sets: &[GreedySet]) -> Option<u64> {
+    sets.iter().map(|e| e.peak).min()
+}
+
 /// Chen's `sqrt(n)` rule on a candidate list: split it into segments of `floor(sqrt(len))`
 /// candidates and checkpoint the last candidate of each full segment (Checkmate's
 /// `(idx + 1) % k == 0`).
@@ -233,7 +265,7 @@ pub(crate) const MAX_GREEDY_SETS: usize = 256;
 ///
 /// Results are memoized for the last few (graph, candidates) pairs, so a sweep or a `solve` that
 /// also asks for the least feasible budget simulates each set once.
-pub(crate) fn greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Arc<Vec<Evaluated>> {
+pub(crate) fn greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Arc<Vec<GreedySet>> {
     let key = fingerprint(graph, is_candidate);
     if let Some(hit) = lock_cache().iter().find(|(k, _)| *k == key) {
         return Arc::clone(&hit.1);
@@ -252,7 +284,7 @@ pub(crate) fn greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Arc<Vec<E
 /// How many greedy frontiers stay memoized.
 const GREEDY_CACHE_ENTRIES: usize = 4;
 
-type GreedyCache = Vec<(u64, Arc<Vec<Evaluated>>)>;
+type GreedyCache = Vec<(u64, Arc<Vec<GreedySet>>)>;
 
 fn lock_cache() -> std::sync::MutexGuard<'static, GreedyCache> {
     static CACHE: Mutex<GreedyCache> = Mutex::new(Vec::new());
@@ -275,7 +307,7 @@ fn fingerprint(graph: &Graph, is_candidate: &[bool]) -> u64 {
     h.finish()
 }
 
-fn compute_greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Vec<Evaluated> {
+fn compute_greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Vec<GreedySet> {
     let fwd: Vec<NodeIdx> = graph.forward_nodes().collect();
     let mut prefix = Vec::with_capacity(fwd.len() + 1);
     prefix.push(0u64);
@@ -325,8 +357,15 @@ fn compute_greedy_frontier(graph: &Graph, is_candidate: &[bool]) -> Vec<Evaluate
         sets = sets.len(),
         "greedy checkpoint sets"
     );
-    sets.par_iter()
-        .map(|set| evaluate_checkpoints(graph, set))
+    sets.into_par_iter()
+        .map(|set| {
+            let e = evaluate_checkpoints(graph, &set);
+            GreedySet {
+                peak: e.peak,
+                cost: e.cost,
+                checkpoints: set,
+            }
+        })
         .collect()
 }
 
