@@ -1191,6 +1191,16 @@ pub fn batch_norm_forward(
     if direct_cpu::applies(x) {
         return direct_cpu::batch_norm_forward(x, gamma, beta, eps);
     }
+    batch_norm_forward_ops(x, gamma, beta, eps)
+}
+
+/// [`batch_norm_forward`] as candle tensor ops (any device; one temporary per elementwise step).
+pub fn batch_norm_forward_ops(
+    x: &Tensor,
+    gamma: &Tensor,
+    beta: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
     let (x3, c) = channels3(x)?;
     let (xhat, _, mean, var) = bn_normalize(&x3, eps)?;
     let y = xhat
@@ -1235,6 +1245,17 @@ pub fn batch_norm_backward(
     if direct_cpu::applies(x) {
         return direct_cpu::batch_norm_backward(x, gamma, g, eps);
     }
+    batch_norm_backward_ops(x, gamma, g, eps)
+}
+
+/// [`batch_norm_backward`] as candle tensor ops (any device; about seven output-sized
+/// temporaries).
+pub fn batch_norm_backward_ops(
+    x: &Tensor,
+    gamma: &Tensor,
+    g: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
     let (x3, c) = channels3(x)?;
     let g3 = g.reshape(x3.dims())?;
     let (xhat, inv, _, _) = bn_normalize(&x3, eps)?;
