@@ -190,6 +190,17 @@ fn profile_batch(
         },
     )
     .with_context(|| format!("profiling {name} at batch {batch} failed"))?;
+    let mut profile = profile;
+    // The rest of a training step: the optimizer update and the batch (`train` adds them to the
+    // plan's kernels for its predicted step time).
+    let kind = match training.optimizer {
+        checkmate_models::Optimizer::Adam => checkmate_executor::OptimizerKind::adam(0.001),
+        _ => checkmate_executor::OptimizerKind::sgd(0.01),
+    };
+    let (update, batch_s) = checkmate_profiler::time_update_and_batch(&mut exec, kind, 5)
+        .with_context(|| format!("timing the update of {name} at batch {batch}"))?;
+    profile.update_seconds = Some(update);
+    profile.batch_seconds = Some(batch_s);
     Ok(profile)
 }
 

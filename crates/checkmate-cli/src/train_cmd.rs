@@ -460,6 +460,20 @@ fn report(
         .map(|(a, b)| a == b);
     // Measured costs are in seconds: the plan's predicted step time is its cost.
     let predicted_seconds = (graph.cost_unit() == "s").then_some(sim.cost);
+    // The step a user waits for: the plan's kernels plus the update and the batch, when the
+    // cost table has them (`checkmate profile` measures both).
+    // The executor's own time outside the kernels, per plan step, counts as part of the kernels'.
+    let overheads = match args.model.training_config().map(|t| t.costs) {
+        Ok(checkmate_models::Costs::Measured(t)) => t
+            .update_seconds
+            .zip(t.batch_seconds)
+            .map(|(u, b)| (u, b, t.plan_step_overhead_seconds.unwrap_or(0.0))),
+        _ => None,
+    };
+    let interpreter = overheads.map_or(0.0, |o| o.2 * chosen.plan.steps.len() as f64);
+    let predicted_step_seconds = predicted_seconds
+        .zip(overheads)
+        .map(|(k, (u, b, _))| k + interpreter + u + b);
     let kernel_seconds: Vec<f64> = run
         .reports
         .iter()
@@ -477,6 +491,10 @@ fn report(
             "step_seconds": run.step_seconds,
             "kernel_seconds": kernel_seconds,
             "predicted_seconds": predicted_seconds,
+            "predicted_step_seconds": predicted_step_seconds,
+            "predicted_update_seconds": overheads.map(|o| o.0),
+            "predicted_batch_seconds": overheads.map(|o| o.1),
+            "predicted_interpreter_seconds": overheads.map(|_| interpreter),
             "predicted_peak_bytes": sim.peak_bytes,
             "predicted_live_peak_bytes": predicted_live_peak,
             "measured_peak_bytes": measured_peak,
@@ -592,8 +610,17 @@ fn report(
         sim.computes,
         graph.len()
     );
-    if let Some(p) = predicted_seconds {
-        println!("             predicted {p:.3} s per step from measured costs");
+    match (predicted_step_seconds, predicted_seconds, overheads, step_time) {
+        (Some(p), Some(k), Some((u, b, _)), Some(t)) => println!(
+            "             predicted {p:.3} s per step (kernels {k:.3} + executor {interpreter:.3} + \
+             update {u:.3} + batch {b:.3}, measured costs), measured {t:.3} s ({:.2}x)",
+            t / p
+        ),
+        (_, Some(k), _, _) => println!(
+            "             predicted {k:.3} s per step of kernels from measured costs (no update \
+             or batch time in the table: profile again to add them)"
+        ),
+        _ => {}
     }
     match (measured_overhead, base_time) {
         (Some(o), Some(b)) => println!(

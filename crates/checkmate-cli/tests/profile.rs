@@ -67,6 +67,35 @@ fn profile_writes_a_cost_table_that_graph_accepts() {
         .iter()
         .all(|n| n["seconds"].as_f64().unwrap() > 0.0 && n["bytes"].as_u64().is_some()));
     assert!(entries.iter().any(|n| n["bytes"].as_u64().unwrap() > 0));
+    // The rest of a step: the update and the batch, and the executor's time per plan step.
+    assert!(file["update_seconds"].as_f64().unwrap() > 0.0, "{file}");
+    assert!(file["batch_seconds"].as_f64().unwrap() > 0.0, "{file}");
+    assert!(file["plan_step_overhead_seconds"].as_f64().unwrap() >= 0.0);
+    // `train --costs FILE` predicts the whole step: kernels + executor + update + batch.
+    let mut t = vec!["train"];
+    t.extend(&TINY[..6]);
+    t.extend([
+        "--batch",
+        "4",
+        "--costs",
+        table.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--baseline-steps",
+        "0",
+        "--json",
+    ]);
+    let (ok, out, err) = checkmate(&t);
+    assert!(ok, "{err}");
+    let r = last_json(&out);
+    let kernels = r["predicted_seconds"].as_f64().unwrap();
+    let step = r["predicted_step_seconds"].as_f64().unwrap();
+    let parts = kernels
+        + r["predicted_interpreter_seconds"].as_f64().unwrap()
+        + r["predicted_update_seconds"].as_f64().unwrap()
+        + r["predicted_batch_seconds"].as_f64().unwrap();
+    assert!((step - parts).abs() <= 1e-12 * step.max(1.0), "{r}");
+    assert!(step > kernels, "{r}");
     // `--costs FILE` builds the graph with the measured seconds.
     let graph_file = dir.join("graph.json");
     let mut g = vec!["graph"];

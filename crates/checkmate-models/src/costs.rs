@@ -26,6 +26,17 @@ pub struct CostTable {
     pub batch: usize,
     /// One entry per node of the training graph.
     pub nodes: Vec<NodeCost>,
+    /// Median seconds of one optimizer update, when the profiler measured it (an extension of
+    /// SPEC section 4; absent in older tables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_seconds: Option<f64>,
+    /// Median seconds to make one batch (the synthetic data source), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_seconds: Option<f64>,
+    /// The executor's own time per plan step (compute or free) outside the kernels: simulating
+    /// the plan, register and storage bookkeeping. When measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_step_overhead_seconds: Option<f64>,
     /// Where the table was read from (for messages); not serialized.
     #[serde(skip)]
     pub source: String,
@@ -43,7 +54,7 @@ pub struct NodeCost {
 }
 
 impl CostTable {
-    /// A table for `model` at `batch` measured on `device`.
+    /// A table for `model` at `batch` measured on `device` (no update or batch time).
     pub fn new(
         device: impl Into<String>,
         model: impl Into<String>,
@@ -56,6 +67,9 @@ impl CostTable {
             model: model.into(),
             batch,
             nodes,
+            update_seconds: None,
+            batch_seconds: None,
+            plan_step_overhead_seconds: None,
             source: "input".into(),
         }
     }

@@ -213,6 +213,9 @@ mod tests {
             model: "law".into(),
             batch,
             nodes,
+            update_seconds: None,
+            batch_seconds: None,
+            plan_step_overhead_seconds: None,
             profile: ProfileMeta {
                 warmup: 0,
                 repeats: 1,

@@ -56,6 +56,7 @@ pub use check::{check_plan, check_plans, predicted_seconds, PlanCheck};
 pub use error::{Error, Result};
 pub use fit::{compare_tables, fit, CostFit, FitQuality, NodeFit};
 pub use profile::{
-    device_label, profile_executor, profile_model, profile_network, profiling_plan, Agreement,
-    NodeProfile, Phase, Profile, ProfileMeta, ProfileOptions, Progress,
+    device_label, profile_executor, profile_model, profile_network, profiling_plan,
+    time_update_and_batch, Agreement, NodeProfile, Phase, Profile, ProfileMeta, ProfileOptions,
+    Progress,
 };

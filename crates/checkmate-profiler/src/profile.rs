@@ -178,6 +178,16 @@ pub struct Profile {
     pub batch: usize,
     /// One entry per training-graph node, in graph order.
     pub nodes: Vec<NodeProfile>,
+    /// Median seconds of one optimizer update ([`time_update_and_batch`]), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_seconds: Option<f64>,
+    /// Median seconds to make one batch of the synthetic data source, when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_seconds: Option<f64>,
+    /// Median over timed steps of the executor's time outside the kernels, per plan step: the
+    /// wall time of `run_plan` minus its steps' kernel times, over the number of steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_step_overhead_seconds: Option<f64>,
     /// How it was measured.
     pub profile: ProfileMeta,
 }
@@ -185,7 +195,7 @@ pub struct Profile {
 impl Profile {
     /// The `checkmate-costs/1` table: per node, median seconds and measured bytes.
     pub fn cost_table(&self) -> CostTable {
-        CostTable::new(
+        let mut table = CostTable::new(
             self.device.clone(),
             self.model.clone(),
             self.batch,
@@ -197,7 +207,11 @@ impl Profile {
                     bytes: n.bytes,
                 })
                 .collect(),
-        )
+        );
+        table.update_seconds = self.update_seconds;
+        table.batch_seconds = self.batch_seconds;
+        table.plan_step_overhead_seconds = self.plan_step_overhead_seconds;
+        table
     }
 
     /// Sum of every node's median: the predicted time of one checkpoint-all training step.
@@ -446,6 +460,7 @@ pub fn profile_executor(
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(options.max_repeats); n];
     let mut bytes: Vec<Option<u64>> = vec![None; n];
     let mut step_totals = Vec::with_capacity(options.max_repeats);
+    let mut overheads = Vec::with_capacity(options.max_repeats);
     let mut rel_error = f64::INFINITY;
     #[allow(unused_mut)]
     let mut peak_device_bytes: Option<u64> = None;
@@ -454,7 +469,11 @@ pub fn profile_executor(
     for r in 0..options.max_repeats {
         #[cfg(feature = "cuda")]
         let mark = cuda.as_ref().map(|c| c.start()).transpose()?;
+        let wall = Instant::now();
         let report = exec.run_plan(&plan, batch)?;
+        let wall = wall.elapsed().as_secs_f64();
+        let kernels: f64 = report.step_seconds.iter().sum();
+        overheads.push((wall - kernels).max(0.0) / plan.steps.len().max(1) as f64);
         #[cfg(feature = "cuda")]
         if let (Some(c), Some(mark)) = (cuda.as_ref(), mark) {
             let (secs, peak) = c.stop(mark)?;
@@ -526,6 +545,9 @@ pub fn profile_executor(
         model: model.into(),
         batch: exec.network().input().shape.dim(0),
         nodes,
+        update_seconds: None,
+        batch_seconds: None,
+        plan_step_overhead_seconds: (!overheads.is_empty()).then(|| Summary::of(&overheads).median),
         profile: ProfileMeta {
             warmup: options.warmup,
             repeats,
@@ -552,6 +574,45 @@ pub fn profile_executor(
                 .then(|| Summary::of(&event_seconds).median),
         },
     })
+}
+
+/// Median seconds of one `kind` optimizer update of `exec` (after one untimed update, which
+/// allocates the optimizer state) and of making one batch of the synthetic data source that
+/// `checkmate train` uses by default, over `repeats` samples each: the parts of a training step
+/// outside the plan. The updates change `exec`'s parameters (a gradient is needed: run a plan
+/// first).
+pub fn time_update_and_batch(
+    exec: &mut Executor,
+    kind: checkmate_executor::OptimizerKind,
+    repeats: usize,
+) -> Result<(f64, f64)> {
+    let mut opt = checkmate_executor::Optimizer::new(kind)?;
+    opt.step(exec)?;
+    let sync = |exec: &Executor| {
+        exec.device()
+            .synchronize()
+            .map_err(|source| crate::Error::Tensor {
+                context: "synchronizing the device".into(),
+                source,
+            })
+    };
+    let mut updates = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        let t = Instant::now();
+        opt.step(exec)?;
+        sync(exec)?;
+        updates.push(t.elapsed().as_secs_f64());
+    }
+    let data = checkmate_executor::SyntheticData::new(exec, 0.1, 0)?;
+    let mut batches = Vec::with_capacity(repeats);
+    for k in 0..repeats.max(1) {
+        let t = Instant::now();
+        let b = data.batch(exec, k as u64)?;
+        sync(exec)?;
+        batches.push(t.elapsed().as_secs_f64());
+        drop(b);
+    }
+    Ok((Summary::of(&updates).median, Summary::of(&batches).median))
 }
 
 /// Relative standard error of the sum of the per-node medians, nodes taken as independent.
