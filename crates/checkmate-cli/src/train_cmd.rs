@@ -460,9 +460,8 @@ fn report(
         .map(|(a, b)| a == b);
     // Measured costs are in seconds: the plan's predicted step time is its cost.
     let predicted_seconds = (graph.cost_unit() == "s").then_some(sim.cost);
-    // The step a user waits for: the plan's kernels plus the update and the batch, when the
-    // cost table has them (`checkmate profile` measures both).
-    // The executor's own time outside the kernels, per plan step, counts as part of the kernels'.
+    // The step a user waits for: the plan's kernels, the executor's own time per plan step, the
+    // update and the batch, when the cost table has them (`checkmate profile` measures them).
     let overheads = match args.model.training_config().map(|t| t.costs) {
         Ok(checkmate_models::Costs::Measured(t)) => t
             .update_seconds
