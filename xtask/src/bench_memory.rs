@@ -30,17 +30,6 @@ struct Args {
     out: PathBuf,
 }
 
-const MODELS: &[&str] = &[
-    "vgg16",
-    "vgg19",
-    "mobilenet",
-    "resnet50",
-    "unet",
-    "fcn8",
-    "segnet",
-    "mlp",
-    "transformer",
-];
 const STRATEGIES: &[&str] = &[
     "checkpoint-all",
     "chen-sqrtn",
@@ -64,7 +53,10 @@ fn list<T: std::str::FromStr>(s: &str, what: &str) -> Result<Vec<T>> {
 fn parse(args: &[String]) -> Result<Args> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut a = Args {
-        models: MODELS.iter().map(|s| s.to_string()).collect(),
+        models: checkmate_models::MODEL_NAMES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
         batches: vec![2, 4],
         strategies: STRATEGIES.iter().map(|s| s.to_string()).collect(),
         budgets: vec![100, 80, 60, 40],

@@ -149,6 +149,16 @@ fn channel_stats<T: WithDType>(xs: &[T], (n, c, r): (usize, usize, usize)) -> Ve
         .collect()
 }
 
+/// A per-channel (or per-column) parameter such as `gamma` as f64, checked to have `c` entries
+/// (`what` names it in the error, e.g. "batch norm gamma").
+fn per_entry<T: WithDType>(t: &Tensor, c: usize, what: &str) -> Result<Vec<f64>> {
+    let v: Vec<f64> = with_slice::<T, _>(t, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
+    if v.len() != c {
+        candle_core::bail!("{what}: {} entries for {c} channels", v.len())
+    }
+    Ok(v)
+}
+
 /// Batch normalization over axis 1 in training mode: `(y, batch mean [C], biased batch variance
 /// [C])`. Allocates the output and the two statistics.
 pub fn batch_norm_forward(
@@ -165,17 +175,8 @@ pub fn batch_norm_forward(
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let shape = ncr(x.dims())?;
         let (_, c, r) = shape;
-        let gm: Vec<f64> =
-            with_slice::<T, _>(gamma, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
-        let bt: Vec<f64> =
-            with_slice::<T, _>(beta, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
-        if gm.len() != c || bt.len() != c {
-            candle_core::bail!(
-                "batch norm: {c} channels, gamma {}, beta {}",
-                gm.len(),
-                bt.len()
-            )
-        }
+        let gm = per_entry::<T>(gamma, c, "batch norm gamma")?;
+        let bt = per_entry::<T>(beta, c, "batch norm beta")?;
         with_slice::<T, _>(x, |xs| {
             let stats = channel_stats(xs, shape);
             let mut out = vec![T::from_f64(0.0); xs.len()];
@@ -221,11 +222,7 @@ pub fn batch_norm_backward(
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let shape = ncr(x.dims())?;
         let (n, c, r) = shape;
-        let gm: Vec<f64> =
-            with_slice::<T, _>(gamma, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
-        if gm.len() != c {
-            candle_core::bail!("batch norm: {c} channels, gamma {}", gm.len())
-        }
+        let gm = per_entry::<T>(gamma, c, "batch norm gamma")?;
         with_slice::<T, _>(x, |xs| {
             with_slice::<T, _>(g, |gs| {
                 let stats = channel_stats(xs, shape);
@@ -458,22 +455,13 @@ fn row_stats<T: WithDType>(row: &[T], eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
-/// `gamma` or `beta` as f64, checked against `c` entries.
-fn per_column<T: WithDType>(t: &Tensor, c: usize, what: &str) -> Result<Vec<f64>> {
-    let v: Vec<f64> = with_slice::<T, _>(t, |s| Ok(s.iter().map(|v| v.to_f64()).collect()))?;
-    if v.len() != c {
-        candle_core::bail!("layer norm: {c} columns, {what} has {}", v.len())
-    }
-    Ok(v)
-}
-
 /// Layer normalization over the last axis with scale `gamma` and shift `beta`, rows in
 /// parallel: allocates the output only.
 pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
     fn run<T: WithDType>(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result<Tensor> {
         let c = *x.dims().last().unwrap_or(&1);
-        let gm = per_column::<T>(gamma, c, "gamma")?;
-        let bt = per_column::<T>(beta, c, "beta")?;
+        let gm = per_entry::<T>(gamma, c, "layer norm gamma")?;
+        let bt = per_entry::<T>(beta, c, "layer norm beta")?;
         with_slice::<T, _>(x, |xs| {
             let mut out = vec![T::from_f64(0.0); xs.len()];
             out.par_chunks_mut(c.max(1))
@@ -505,7 +493,7 @@ pub fn layer_norm_backward(
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let c = *x.dims().last().unwrap_or(&1);
-        let gm = per_column::<T>(gamma, c, "gamma")?;
+        let gm = per_entry::<T>(gamma, c, "layer norm gamma")?;
         with_slice::<T, _>(x, |xs| {
             with_slice::<T, _>(g, |gs| {
                 let mut dx = vec![T::from_f64(0.0); xs.len()];

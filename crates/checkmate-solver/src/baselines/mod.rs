@@ -162,10 +162,7 @@ pub(crate) fn evaluate_schedule(graph: &Graph, schedule: Schedule) -> Evaluated 
 
 /// The cheapest candidate whose peak fits, as an [`Outcome`] (no plan when none fits).
 pub(crate) fn best_within(graph: &Graph, candidates: &[Evaluated], budget: u64) -> Outcome {
-    let best = candidates
-        .iter()
-        .filter(|e| e.peak <= budget)
-        .min_by(|a, b| a.cost.total_cmp(&b.cost).then(a.peak.cmp(&b.peak)));
+    let best = cheapest_within(candidates, budget, |e| (e.peak, e.cost));
     match best {
         Some(e) => Outcome {
             plan: Some(e.schedule.to_plan(graph)),
@@ -180,6 +177,18 @@ pub(crate) fn best_within(graph: &Graph, candidates: &[Evaluated], budget: u64) 
             limit: None,
         },
     }
+}
+
+/// The cheapest of `items` whose peak fits `budget` (then the lowest peak; the first of equals);
+/// `judge` gives an item's `(peak, cost)`.
+fn cheapest_within<T>(items: &[T], budget: u64, judge: impl Fn(&T) -> (u64, f64)) -> Option<&T> {
+    items
+        .iter()
+        .filter(|e| judge(e).0 <= budget)
+        .min_by(|a, b| {
+            let ((pa, ca), (pb, cb)) = (judge(a), judge(b));
+            ca.total_cmp(&cb).then(pa.cmp(&pb))
+        })
 }
 
 /// The least simulated peak among candidates.
@@ -200,11 +209,7 @@ pub(crate) struct GreedySet {
 /// [`best_within`] over a greedy frontier: the cheapest set within `budget` (then the lowest
 /// peak), its schedule rebuilt.
 pub(crate) fn best_set_within(graph: &Graph, sets: &[GreedySet], budget: u64) -> Outcome {
-    let best = sets
-        .iter()
-        .filter(|e| e.peak <= budget)
-        .min_by(|a, b| a.cost.total_cmp(&b.cost).then(a.peak.cmp(&b.peak)));
-    match best {
+    match cheapest_within(sets, budget, |e| (e.peak, e.cost)) {
         Some(e) => best_within(
             graph,
             &[evaluate_checkpoints(graph, &e.checkpoints)],
