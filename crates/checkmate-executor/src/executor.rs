@@ -843,13 +843,11 @@ impl Executor {
             Op::MaxPool2d(p) => outs[0] = Some(k::max_pool2d_backward(x0()?, &g, p).ctx(ctx)?),
             Op::AvgPool2d(p) => {
                 let dims = layer.input_types[0].shape.dims();
-                let shape_only = Tensor::zeros(dims, self.dtype, &self.device).ctx(ctx)?;
-                outs[0] = Some(k::avg_pool2d_backward(&shape_only, &g, p).ctx(ctx)?)
+                outs[0] = Some(k::avg_pool2d_backward(dims, &g, p).ctx(ctx)?)
             }
             Op::GlobalAvgPool2d => {
                 let dims = layer.input_types[0].shape.dims();
-                let shape_only = Tensor::zeros(dims, self.dtype, &self.device).ctx(ctx)?;
-                outs[0] = Some(k::global_avg_pool_backward(&shape_only, &g).ctx(ctx)?)
+                outs[0] = Some(k::global_avg_pool_backward(dims, &g).ctx(ctx)?)
             }
             Op::Add => {
                 grads_done[l] = true;

@@ -767,7 +767,14 @@ struct PoolGeom {
 
 impl PoolGeom {
     fn new(x: &Tensor, p: &Pool2d) -> Result<PoolGeom> {
-        let (_, _, h, w) = x.dims4()?;
+        PoolGeom::of_dims(x.dims(), p)
+    }
+
+    /// The geometry for an NCHW input of `dims`.
+    fn of_dims(dims: &[usize], p: &Pool2d) -> Result<PoolGeom> {
+        let &[_, _, h, w] = dims else {
+            candle_core::bail!("pooling needs an NCHW input, got {dims:?}")
+        };
         let pad = p.padding_for([h, w]);
         let (hp, wp) = (h + pad[0] + pad[1], w + pad[2] + pad[3]);
         if hp < p.pool[0] || wp < p.pool[1] || p.stride.contains(&0) || p.pool.contains(&0) {
@@ -987,14 +994,92 @@ fn add_into(acc: Option<Tensor>, t: Tensor) -> Result<Tensor> {
 /// Average pooling (padded cells not counted).
 pub fn avg_pool2d_forward(x: &Tensor, p: &Pool2d) -> Result<Tensor> {
     let geo = PoolGeom::new(x, p)?;
+    if conv_cpu::applies(x) {
+        return avg_pool_cpu(x, x.dims(), &geo, false);
+    }
     let (sum, count) = geo.sum_and_count(x)?;
     sum.div(&count)
 }
 
-/// Input gradient of average pooling (`x` gives the shape only).
-pub fn avg_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor> {
-    let geo = PoolGeom::new(x, p)?;
-    let (_, count) = geo.sum_and_count(&x.zeros_like()?)?;
+/// Average pooling on the CPU in one pass, allocating only the result: the forward pass from
+/// `t` = the input, or (`backward`) the input gradient of shape `input_dims` from `t` = the output
+/// gradient. A window averages its cells inside the input (padding is not counted).
+fn avg_pool_cpu(
+    t: &Tensor,
+    input_dims: &[usize],
+    geo: &PoolGeom,
+    backward: bool,
+) -> Result<Tensor> {
+    fn typed<T: WithDType>(
+        t: &Tensor,
+        input_dims: &[usize],
+        geo: &PoolGeom,
+        backward: bool,
+    ) -> Result<Tensor> {
+        let &[n, c, h, w] = input_dims else {
+            candle_core::bail!("average pooling needs an NCHW input, got {input_dims:?}")
+        };
+        let [oh, ow] = geo.o;
+        let cells = |o: usize, k: usize, s: usize, pad: usize, len: usize| {
+            (0..k).filter_map(move |a| (o * s + a).checked_sub(pad).filter(|&i| i < len))
+        };
+        conv_cpu::with_slice::<T, _>(t, |ts| {
+            let len = if backward {
+                n * c * h * w
+            } else {
+                n * c * oh * ow
+            };
+            let mut out = vec![T::from_f64(0.0); len];
+            for plane in 0..n * c {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let rows = || cells(oy, geo.k[0], geo.s[0], geo.pad[0], h);
+                        let cols = || cells(ox, geo.k[1], geo.s[1], geo.pad[2], w);
+                        let count = (rows().count() * cols().count()).max(1) as f64;
+                        let o = (plane * oh + oy) * ow + ox;
+                        if backward {
+                            let share = ts[o].to_f64() / count;
+                            for iy in rows() {
+                                for ix in cols() {
+                                    let i = (plane * h + iy) * w + ix;
+                                    out[i] = T::from_f64(out[i].to_f64() + share);
+                                }
+                            }
+                        } else {
+                            let mut sum = 0.0;
+                            for iy in rows() {
+                                for ix in cols() {
+                                    sum += ts[(plane * h + iy) * w + ix].to_f64();
+                                }
+                            }
+                            out[o] = T::from_f64(sum / count);
+                        }
+                    }
+                }
+            }
+            let dims = if backward {
+                [n, c, h, w]
+            } else {
+                [n, c, oh, ow]
+            };
+            Tensor::from_vec(out, &dims, t.device())
+        })
+    }
+    match t.dtype() {
+        DType::F32 => typed::<f32>(t, input_dims, geo, backward),
+        DType::F64 => typed::<f64>(t, input_dims, geo, backward),
+        other => candle_core::bail!("average pool: dtype {other:?} not supported"),
+    }
+}
+
+/// Input gradient of average pooling, for an input of `input_dims`.
+pub fn avg_pool2d_backward(input_dims: &[usize], g: &Tensor, p: &Pool2d) -> Result<Tensor> {
+    let geo = PoolGeom::of_dims(input_dims, p)?;
+    if conv_cpu::applies(g) {
+        return avg_pool_cpu(g, input_dims, &geo, true);
+    }
+    let x = Tensor::zeros(input_dims, g.dtype(), g.device())?;
+    let (_, count) = geo.sum_and_count(&x)?;
     let share = g.div(&count)?;
     let mut acc: Option<Tensor> = None;
     for (a, b) in geo.offsets() {
@@ -1146,8 +1231,10 @@ pub fn global_avg_pool_forward(x: &Tensor) -> Result<Tensor> {
 }
 
 /// Input gradient of global average pooling.
-pub fn global_avg_pool_backward(x: &Tensor, g: &Tensor) -> Result<Tensor> {
-    let (n, c, h, w) = x.dims4()?;
+pub fn global_avg_pool_backward(input_dims: &[usize], g: &Tensor) -> Result<Tensor> {
+    let &[n, c, h, w] = input_dims else {
+        candle_core::bail!("global average pooling needs an NCHW input, got {input_dims:?}")
+    };
     (g.reshape((n, c, 1, 1))?.broadcast_as((n, c, h, w))? / (h * w) as f64)?.force_contiguous()
 }
 

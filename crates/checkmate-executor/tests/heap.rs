@@ -176,7 +176,8 @@ fn the_process_heap_of_a_remat_plan_stays_within_static_plus_the_plan() {
 /// metadata.
 const NODE_SLACK: i64 = 1 << 20;
 
-/// Every layer type of the zoo allocates what its node states: for every compute of
+/// Every layer type of the zoo (and average pooling, which no zoo model has) allocates what its
+/// node states: for every compute of
 /// checkpoint-all (after a warm-up step and an update), the heap's high-water mark above the step's
 /// start equals the node's output plus its workspace plus the other live registers, within
 /// [`NODE_SLACK`]. Attention's backward workspace is a bound (the model states up to 14% more
@@ -196,13 +197,19 @@ fn every_layer_type_allocates_what_its_node_models() {
         ("vgg16", 2, 32, None),
     ];
     let mut checked = 0;
-    for &(model, batch, image, seq_len) in cases {
-        let mut c = ModelConfig::new(batch).with_classes(10);
-        if image > 0 {
-            c.image_size = Some(ImageSize::square(image));
-        }
-        c.seq_len = seq_len;
-        let net = model_by_name(model, &c).unwrap();
+    let mut nets: Vec<(String, checkmate_models::Network)> = cases
+        .iter()
+        .map(|&(model, batch, image, seq_len)| {
+            let mut c = ModelConfig::new(batch).with_classes(10);
+            if image > 0 {
+                c.image_size = Some(ImageSize::square(image));
+            }
+            c.seq_len = seq_len;
+            (model.to_string(), model_by_name(model, &c).unwrap())
+        })
+        .collect();
+    nets.push(("pooling".into(), pooling_net()));
+    for (model, net) in nets {
         let mut exec =
             Executor::new(net, &TrainingConfig::default(), &Device::Cpu, DType::F32, 1).unwrap();
         let g = exec.graph().clone();
@@ -242,6 +249,30 @@ fn every_layer_type_allocates_what_its_node_models() {
         }
     }
     assert!(checked > 500, "only {checked} nodes checked");
+}
+
+/// The layer types no zoo model has: strided average pooling with and without padding.
+fn pooling_net() -> checkmate_models::Network {
+    use checkmate_models::{Conv2d, Dense, NetworkBuilder, Op, Padding, Pool2d, Shape};
+    let mut b = NetworkBuilder::new("pooling", Shape::new([4, 3, 64, 64]));
+    let x = b
+        .layer(
+            "conv",
+            Op::Conv2d(Conv2d::new(32, 3).same().relu()),
+            b.input(),
+        )
+        .unwrap();
+    let x = b
+        .layer("avg_valid", Op::AvgPool2d(Pool2d::new(2, 2)), x)
+        .unwrap();
+    let mut same = Pool2d::new(3, 2);
+    same.padding = Padding::Same;
+    let x = b.layer("avg_same", Op::AvgPool2d(same), x).unwrap();
+    let x = b.layer("flatten", Op::Flatten, x).unwrap();
+    let x = b
+        .layer("predictions", Op::Dense(Dense::new(10).softmax()), x)
+        .unwrap();
+    b.finish(x, 1).unwrap()
 }
 
 /// A solve keeps nothing on the heap beyond its plan: users solve inside their own training
