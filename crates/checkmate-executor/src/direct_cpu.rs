@@ -1,13 +1,14 @@
 //! Direct CPU kernels that allocate only their result (plus per-channel or per-row statistics):
-//! batch normalization, softmax, elementwise activation gradients and zero padding. candle's
-//! tensor-op versions of these allocate one temporary per elementwise step (batch-norm backward:
-//! about seven output-sized tensors), which the training graph does not model.
+//! batch and layer normalization, softmax, elementwise activations and their gradients (ReLU,
+//! ReLU6, GELU), dropout, zero padding and the cross-entropy loss. candle's tensor-op versions of
+//! these allocate one temporary per elementwise step (batch-norm backward: about seven
+//! output-sized tensors), which the training graph does not model.
 //!
 //! f32 and f64 only ([`applies`]); statistics are accumulated in f64 in one fixed order, so the
 //! results do not depend on the thread count. Other dtypes and devices use the tensor-op kernels
 //! of [`crate::kernels`].
 
-use candle_core::{DType, Result, Tensor, WithDType};
+use candle_core::{Result, Tensor, WithDType};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -23,12 +24,13 @@ pub fn applies(t: &Tensor) -> bool {
 macro_rules! typed {
     ($t:expr, $f:ident ( $($arg:expr),* )) => {
         match $t.dtype() {
-            DType::F32 => $f::<f32>($($arg),*),
-            DType::F64 => $f::<f64>($($arg),*),
+            candle_core::DType::F32 => $f::<f32>($($arg),*),
+            candle_core::DType::F64 => $f::<f64>($($arg),*),
             other => candle_core::bail!("direct kernel: dtype {other:?} not supported"),
         }
     };
 }
+pub(crate) use typed;
 
 /// `[outer, len, inner]` of `dims` around `axis`.
 fn around(dims: &[usize], axis: usize) -> Result<(usize, usize, usize)> {
@@ -323,6 +325,13 @@ pub fn dropout(x: &Tensor, rate: f32, seed: u64) -> Result<Tensor> {
     typed!(x, run(x, rate, seed))
 }
 
+/// The maximum of `len` values `v(0..len)` and the sum of `exp(v - max)`: the parts of a
+/// numerically stable softmax or log-sum-exp, in one fixed order.
+fn max_and_exp_sum(len: usize, v: impl Fn(usize) -> f64) -> (f64, f64) {
+    let m = (0..len).map(&v).fold(f64::MIN, f64::max);
+    (m, (0..len).map(|k| (v(k) - m).exp()).sum())
+}
+
 /// Labels as `usize`, each checked against `classes`.
 fn label_indices(labels: &Tensor, classes: usize) -> Result<Vec<usize>> {
     let l = labels.flatten_all()?.to_vec1::<u32>()?;
@@ -364,10 +373,7 @@ pub fn cross_entropy(
                             let at = |k: usize| (o * len + k) * inner + i;
                             let label = labels[o * inner + i];
                             sum += if from_logits {
-                                let m = (0..len)
-                                    .map(|k| ps[at(k)].to_f64())
-                                    .fold(f64::MIN, f64::max);
-                                let s: f64 = (0..len).map(|k| (ps[at(k)].to_f64() - m).exp()).sum();
+                                let (m, s) = max_and_exp_sum(len, |k| ps[at(k)].to_f64());
                                 s.ln() + m - ps[at(label)].to_f64()
                             } else {
                                 -ps[at(label)].to_f64().clamp(1e-7, 1.0).ln()
@@ -412,11 +418,7 @@ pub fn cross_entropy_backward(
                         let at = |k: usize| k * inner + i;
                         let label = labels[o * inner + i];
                         let (m, s) = if from_logits {
-                            let m = (0..len).map(|k| p[at(k)].to_f64()).fold(f64::MIN, f64::max);
-                            (
-                                m,
-                                (0..len).map(|k| (p[at(k)].to_f64() - m).exp()).sum::<f64>(),
-                            )
+                            max_and_exp_sum(len, |k| p[at(k)].to_f64())
                         } else {
                             (0.0, 1.0)
                         };
@@ -479,7 +481,8 @@ pub fn layer_norm(x: &Tensor, gamma: &Tensor, beta: &Tensor, eps: f64) -> Result
 }
 
 /// Gradients of [`layer_norm`]: `(dx, dgamma, dbeta)`, `dx` rows in parallel, the parameter
-/// gradients summed over rows in order. Allocates `dx` and two `[C]` vectors.
+/// gradients summed over rows in order. Allocates `dx`, two `[C]` vectors and the rows' mean and
+/// `1/sigma` (16 bytes per row).
 pub fn layer_norm_backward(
     x: &Tensor,
     gamma: &Tensor,
@@ -496,11 +499,14 @@ pub fn layer_norm_backward(
         let gm = per_entry::<T>(gamma, c, "layer norm gamma")?;
         with_slice::<T, _>(x, |xs| {
             with_slice::<T, _>(g, |gs| {
+                // Mean and 1/sigma of every row, once for dx and for the parameter gradients.
+                let stats: Vec<(f64, f64)> =
+                    xs.par_chunks(c.max(1)).map(|x| row_stats(x, eps)).collect();
                 let mut dx = vec![T::from_f64(0.0); xs.len()];
                 dx.par_chunks_mut(c.max(1))
                     .zip(xs.par_chunks(c.max(1)).zip(gs.par_chunks(c.max(1))))
-                    .for_each(|(d, (x, g))| {
-                        let (mean, inv) = row_stats(x, eps);
+                    .zip(&stats)
+                    .for_each(|((d, (x, g)), &(mean, inv))| {
                         let len = c.max(1) as f64;
                         let (mut mgh, mut mghx) = (0.0, 0.0);
                         for j in 0..c {
@@ -516,8 +522,9 @@ pub fn layer_norm_backward(
                         }
                     });
                 let (mut dgamma, mut dbeta) = (vec![0f64; c], vec![0f64; c]);
-                for (x, g) in xs.chunks(c.max(1)).zip(gs.chunks(c.max(1))) {
-                    let (mean, inv) = row_stats(x, eps);
+                for ((x, g), &(mean, inv)) in
+                    xs.chunks(c.max(1)).zip(gs.chunks(c.max(1))).zip(&stats)
+                {
                     for j in 0..c {
                         let gv = g[j].to_f64();
                         dbeta[j] += gv;

@@ -45,7 +45,9 @@ pub fn activation_backward(
 ) -> Result<Tensor> {
     match act {
         Activation::Linear => Ok(g.clone()),
-        Activation::Relu if conv_cpu::applies(g) && g.dims() == y.dims() => relu_backward_cpu(y, g),
+        Activation::Relu if direct_cpu::applies(g) && g.dims() == y.dims() => {
+            direct_cpu::unary_backward(y, g, |y, g| if y > 0.0 { g } else { 0.0 })
+        }
         Activation::Relu => g.mul(&y.gt(0f64)?.to_dtype(g.dtype())?),
         Activation::Relu6 if direct_cpu::applies(g) => {
             direct_cpu::unary_backward(y, g, |y, g| if y > 0.0 && y < 6.0 { g } else { 0.0 })
@@ -89,28 +91,6 @@ fn gelu_derivative(x: f64) -> f64 {
     let t = (k * (x + 0.044715 * x * x * x)).tanh();
     let dinner = k * (1.0 + 3.0 * 0.044715 * x * x);
     0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner
-}
-
-/// `g` where `y > 0`, else 0, in one pass allocating only the result (CPU).
-fn relu_backward_cpu(y: &Tensor, g: &Tensor) -> Result<Tensor> {
-    fn typed<T: WithDType>(y: &Tensor, g: &Tensor) -> Result<Tensor> {
-        conv_cpu::with_slice::<T, _>(y, |ys| {
-            conv_cpu::with_slice::<T, _>(g, |gs| {
-                let zero = T::from_f64(0.0);
-                let out: Vec<T> = ys
-                    .iter()
-                    .zip(gs)
-                    .map(|(&y, &g)| if y > zero { g } else { zero })
-                    .collect();
-                Tensor::from_vec(out, g.dims(), g.device())
-            })
-        })
-    }
-    match (y.dtype(), g.dtype()) {
-        (DType::F32, DType::F32) => typed::<f32>(y, g),
-        (DType::F64, DType::F64) => typed::<f64>(y, g),
-        _ => g.mul(&y.gt(0f64)?.to_dtype(g.dtype())?),
-    }
 }
 
 /// Dense layer on the last axis before its activation: `x W^T + b`.
@@ -1010,7 +990,7 @@ fn avg_pool_cpu(
     geo: &PoolGeom,
     backward: bool,
 ) -> Result<Tensor> {
-    fn typed<T: WithDType>(
+    fn run<T: WithDType>(
         t: &Tensor,
         input_dims: &[usize],
         geo: &PoolGeom,
@@ -1065,11 +1045,7 @@ fn avg_pool_cpu(
             Tensor::from_vec(out, &dims, t.device())
         })
     }
-    match t.dtype() {
-        DType::F32 => typed::<f32>(t, input_dims, geo, backward),
-        DType::F64 => typed::<f64>(t, input_dims, geo, backward),
-        other => candle_core::bail!("average pool: dtype {other:?} not supported"),
-    }
+    direct_cpu::typed!(t, run(t, input_dims, geo, backward))
 }
 
 /// Input gradient of average pooling, for an input of `input_dims`.
