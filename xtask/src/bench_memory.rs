@@ -116,6 +116,28 @@ struct Measured {
     unmodelled: Option<u64>,
 }
 
+impl Measured {
+    /// Checkpoint-all's heap minus the plan's (negative when the plan's is higher) and the
+    /// predicted saving, where the prediction is at least 1 MiB (smaller savings are within the
+    /// measurement's slack) and checkpoint-all's reference steps ran.
+    fn saving(&self) -> Option<(f64, u64)> {
+        let predicted = self
+            .checkpoint_all_predicted
+            .checked_sub(self.predicted_total)?;
+        let measured = self.checkpoint_all_heap? as f64 - self.heap as f64;
+        (predicted >= 1 << 20).then_some((measured, predicted))
+    }
+}
+
+/// " (met)" or " (**missed**)" after a target's figures.
+fn verdict(met: bool) -> &'static str {
+    if met {
+        " (met)"
+    } else {
+        " (**missed**)"
+    }
+}
+
 fn train(bin: &Path, a: &Args, model: &str, batch: usize, strategy: &str, pct: u32) -> Point {
     let mut cmd = Command::new(bin);
     cmd.args(["train", "--model", model, "--batch", &batch.to_string()])
@@ -228,14 +250,12 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
         .iter()
         .map(|(_, m)| m.heap as f64 / m.predicted_total.max(1) as f64)
         .fold(0.0, f64::max);
-    // Saving: checkpoint-all's heap minus the plan's, against the predicted saving, where the
-    // prediction is at least 1 MiB (smaller savings are within the measurement's slack).
+    // Saving: checkpoint-all's heap minus the plan's, against the predicted saving.
     let savings: Vec<(&Point, f64)> = ok
         .iter()
         .filter_map(|(p, m)| {
-            let predicted = m.checkpoint_all_predicted.checked_sub(m.predicted_total)?;
-            let measured = m.checkpoint_all_heap? as f64 - m.heap as f64;
-            (predicted >= 1 << 20).then(|| (*p, measured / predicted as f64))
+            m.saving()
+                .map(|(measured, predicted)| (*p, measured / predicted as f64))
         })
         .collect();
     let saving_ok = savings
@@ -253,11 +273,8 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
     let four_ok = on_four.iter().filter(|r| (*r - 1.0).abs() <= 0.05).count();
     let worst_abs = ok
         .iter()
-        .filter_map(|(_, m)| {
-            let predicted = m.checkpoint_all_predicted.checked_sub(m.predicted_total)?;
-            let measured = m.checkpoint_all_heap?.checked_sub(m.heap)?;
-            (predicted >= 1 << 20).then(|| (measured as f64 - predicted as f64).abs())
-        })
+        .filter_map(|(_, m)| m.saving())
+        .map(|(measured, predicted)| (measured - predicted as f64).abs())
         .fold(0.0, f64::max);
     let mut md = String::new();
     writeln!(md, "# Process heap of real training steps\n")?;
@@ -281,29 +298,21 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
         md,
         "- Heap within the budget: {within} of {} points with a plan{}.",
         ok.len(),
-        if within == ok.len() {
-            " (met)"
-        } else {
-            " (**missed**)"
-        }
+        verdict(within == ok.len())
     )?;
     writeln!(
         md,
         "- Heap within 3% + 1 MiB of the predicted total: {near} of {}{}; the largest heap / \
          prediction {worst_over:.3}.",
         ok.len(),
-        if near == ok.len() {
-            " (met)"
-        } else {
-            " (**missed**)"
-        }
+        verdict(near == ok.len())
     )?;
     writeln!(
         md,
         "- Checkpoint-all's heap minus the plan's within 5% of the predicted saving (where it is at \
          least 1 MiB): {saving_ok} of {}{}.",
         savings.len(),
-        if saving_ok == savings.len() { " (met)" } else { " (**missed**)" }
+        verdict(saving_ok == savings.len())
     )?;
     writeln!(
         md,
@@ -329,10 +338,8 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
     for p in points {
         match &p.result {
             Ok(m) => {
-                let saving = m.checkpoint_all_heap.and_then(|c| {
-                    let predicted = m.checkpoint_all_predicted.checked_sub(m.predicted_total)?;
-                    (predicted >= 1 << 20)
-                        .then(|| format!("{} / {}", mib(c.saturating_sub(m.heap)), mib(predicted)))
+                let saving = m.saving().map(|(measured, predicted)| {
+                    format!("{} / {}", mib(measured.max(0.0) as u64), mib(predicted))
                 });
                 writeln!(
                     md,

@@ -76,6 +76,25 @@ pub enum OptimizerArg {
     Adam,
 }
 
+impl OptimizerArg {
+    /// The executor's optimizer at learning rate `lr` (default: 0.01 for SGD, 0.001 for Adam).
+    pub fn kind(self, lr: Option<f64>) -> Result<checkmate_executor::OptimizerKind> {
+        use checkmate_executor::OptimizerKind;
+        let lr = lr.unwrap_or(match self {
+            OptimizerArg::Sgd => 0.01,
+            OptimizerArg::Adam => 0.001,
+        });
+        anyhow::ensure!(
+            lr.is_finite() && lr > 0.0,
+            "--lr {lr}: give a positive learning rate"
+        );
+        Ok(match self {
+            OptimizerArg::Sgd => OptimizerKind::sgd(lr),
+            OptimizerArg::Adam => OptimizerKind::adam(lr),
+        })
+    }
+}
+
 impl ModelArgs {
     /// The model configuration from the flags.
     pub fn model_config(&self) -> Result<ModelConfig> {

@@ -170,7 +170,7 @@ fn profile_batch(
     bar.set_length((options.warmup + options.max_repeats) as u64);
     bar.set_position(0);
     let warmup = options.warmup;
-    let profile = profile_executor(
+    let mut profile = profile_executor(
         &mut exec,
         &input,
         name,
@@ -190,17 +190,13 @@ fn profile_batch(
         },
     )
     .with_context(|| format!("profiling {name} at batch {batch} failed"))?;
-    let mut profile = profile;
     // The rest of a training step: the optimizer update and the batch (`train` adds them to the
     // plan's kernels for its predicted step time).
-    let kind = match training.optimizer {
-        checkmate_models::Optimizer::Adam => checkmate_executor::OptimizerKind::adam(0.001),
-        _ => checkmate_executor::OptimizerKind::sgd(0.01),
-    };
+    let kind = args.model.optimizer.kind(None)?;
     let (update, batch_s) = checkmate_profiler::time_update_and_batch(&mut exec, kind, 5)
         .with_context(|| format!("timing the update of {name} at batch {batch}"))?;
-    profile.update_seconds = Some(update);
-    profile.batch_seconds = Some(batch_s);
+    profile.overheads.update_seconds = Some(update);
+    profile.overheads.batch_seconds = Some(batch_s);
     Ok(profile)
 }
 

@@ -6,16 +6,14 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use candle_core::{DType, Device};
-use checkmate_executor::{
-    params_checksum, BatchSource, Dataset, Executor, Optimizer, OptimizerKind, StepReport,
-};
+use checkmate_executor::{params_checksum, BatchSource, Dataset, Executor, Optimizer, StepReport};
 use checkmate_graph::{format_bytes, simulate, Budget, Graph, Plan, PlanFile, Simulation};
 use checkmate_solver::{solve, strategy_by_name};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use crate::common::{print_json, resolve_budget, ModelArgs, OptimizerArg, SolverArgs};
+use crate::common::{print_json, resolve_budget, ModelArgs, SolverArgs};
 use checkmate_executor::heap;
 
 /// Arguments of `checkmate train`.
@@ -287,21 +285,6 @@ fn run_steps(
     Ok(run)
 }
 
-fn optimizer_kind(args: &TrainArgs) -> Result<OptimizerKind> {
-    let lr = args.lr.unwrap_or(match args.model.optimizer {
-        OptimizerArg::Sgd => 0.01,
-        OptimizerArg::Adam => 0.001,
-    });
-    anyhow::ensure!(
-        lr.is_finite() && lr > 0.0,
-        "--lr {lr}: give a positive learning rate"
-    );
-    Ok(match args.model.optimizer {
-        OptimizerArg::Sgd => OptimizerKind::sgd(lr),
-        OptimizerArg::Adam => OptimizerKind::adam(lr),
-    })
-}
-
 fn progress_bar(len: u64, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     bar.set_style(
@@ -341,7 +324,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let data = Dataset::open(&exec, args.data.as_deref(), args.seed)?;
     // The heap high-water marks count what training holds, not the dataset or the graph.
     let heap_base = heap_start + heap::current().saturating_sub(heap_before_data);
-    let kind = optimizer_kind(&args)?;
+    let kind = args.model.optimizer.kind(args.lr)?;
     if !args.json {
         println!(
             "model        {name} (batch {}, {} nodes), data {}",
@@ -463,16 +446,13 @@ fn report(
     // The step a user waits for: the plan's kernels, the executor's own time per plan step, the
     // update and the batch, when the cost table has them (`checkmate profile` measures them).
     let overheads = match args.model.training_config().map(|t| t.costs) {
-        Ok(checkmate_models::Costs::Measured(t)) => t
-            .update_seconds
-            .zip(t.batch_seconds)
-            .map(|(u, b)| (u, b, t.plan_step_overhead_seconds.unwrap_or(0.0))),
+        Ok(checkmate_models::Costs::Measured(t)) => t.overheads.for_plan(chosen.plan.steps.len()),
         _ => None,
     };
-    let interpreter = overheads.map_or(0.0, |o| o.2 * chosen.plan.steps.len() as f64);
+    let interpreter = overheads.map_or(0.0, |o| o.2);
     let predicted_step_seconds = predicted_seconds
         .zip(overheads)
-        .map(|(k, (u, b, _))| k + interpreter + u + b);
+        .map(|(k, (u, b, e))| k + e + u + b);
     let kernel_seconds: Vec<f64> = run
         .reports
         .iter()

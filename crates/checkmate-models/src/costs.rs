@@ -26,20 +26,39 @@ pub struct CostTable {
     pub batch: usize,
     /// One entry per node of the training graph.
     pub nodes: Vec<NodeCost>,
-    /// Median seconds of one optimizer update, when the profiler measured it (an extension of
-    /// SPEC section 4; absent in older tables).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_seconds: Option<f64>,
-    /// Median seconds to make one batch (the synthetic data source), when measured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_seconds: Option<f64>,
-    /// The executor's own time per plan step (compute or free) outside the kernels: simulating
-    /// the plan, register and storage bookkeeping. When measured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan_step_overhead_seconds: Option<f64>,
+    /// The rest of a training step, when the profiler measured it (top-level fields of the
+    /// file).
+    #[serde(flatten)]
+    pub overheads: StepOverheads,
     /// Where the table was read from (for messages); not serialized.
     #[serde(skip)]
     pub source: String,
+}
+
+/// The parts of a training step outside the graph's nodes, as `checkmate profile` measures them:
+/// optional top-level fields extending `checkmate-costs/1` (absent in older tables, ignored by
+/// older readers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepOverheads {
+    /// Median seconds of one optimizer update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_seconds: Option<f64>,
+    /// Median seconds to make one batch (the synthetic data source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_seconds: Option<f64>,
+    /// The executor's own time per plan step (compute or free) outside the kernels: simulating
+    /// the plan, register and storage bookkeeping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_step_overhead_seconds: Option<f64>,
+}
+
+impl StepOverheads {
+    /// `(update, batch, executor)` seconds of one training step whose plan has `plan_steps`
+    /// steps, when the update and the batch were measured (the executor's part is 0 when not).
+    pub fn for_plan(&self, plan_steps: usize) -> Option<(f64, f64, f64)> {
+        let executor = self.plan_step_overhead_seconds.unwrap_or(0.0) * plan_steps as f64;
+        Some((self.update_seconds?, self.batch_seconds?, executor))
+    }
 }
 
 /// One node's measured cost.
@@ -54,7 +73,7 @@ pub struct NodeCost {
 }
 
 impl CostTable {
-    /// A table for `model` at `batch` measured on `device` (no update or batch time).
+    /// A table for `model` at `batch` measured on `device` (no [`StepOverheads`]).
     pub fn new(
         device: impl Into<String>,
         model: impl Into<String>,
@@ -67,9 +86,7 @@ impl CostTable {
             model: model.into(),
             batch,
             nodes,
-            update_seconds: None,
-            batch_seconds: None,
-            plan_step_overhead_seconds: None,
+            overheads: StepOverheads::default(),
             source: "input".into(),
         }
     }

@@ -58,7 +58,7 @@ mod shape;
 mod training;
 mod zoo;
 
-pub use costs::{CostTable, Costs, NodeCost, COSTS_FORMAT};
+pub use costs::{CostTable, Costs, NodeCost, StepOverheads, COSTS_FORMAT};
 pub use error::{Error, Result};
 pub use network::{Layer, LayerId, Loss, Network, NetworkBuilder, TensorRef};
 pub use op::{

@@ -213,9 +213,7 @@ mod tests {
             model: "law".into(),
             batch,
             nodes,
-            update_seconds: None,
-            batch_seconds: None,
-            plan_step_overhead_seconds: None,
+            overheads: Default::default(),
             profile: ProfileMeta {
                 warmup: 0,
                 repeats: 1,

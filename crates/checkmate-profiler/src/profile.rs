@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use candle_core::{DType, Device};
 use checkmate_executor::{Batch, Executor};
 use checkmate_graph::{Graph, NodeKind, Plan, Step};
-use checkmate_models::{CostTable, ModelConfig, Network, NodeCost, TrainingConfig, COSTS_FORMAT};
+use checkmate_models::{
+    CostTable, ModelConfig, Network, NodeCost, StepOverheads, TrainingConfig, COSTS_FORMAT,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -178,16 +180,11 @@ pub struct Profile {
     pub batch: usize,
     /// One entry per training-graph node, in graph order.
     pub nodes: Vec<NodeProfile>,
-    /// Median seconds of one optimizer update ([`time_update_and_batch`]), when measured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_seconds: Option<f64>,
-    /// Median seconds to make one batch of the synthetic data source, when measured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_seconds: Option<f64>,
-    /// Median over timed steps of the executor's time outside the kernels, per plan step: the
-    /// wall time of `run_plan` minus its steps' kernel times, over the number of steps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan_step_overhead_seconds: Option<f64>,
+    /// The rest of a training step: the executor's time per plan step (the median over timed
+    /// steps of `run_plan`'s wall time minus its steps' times, over the number of steps), and
+    /// the update and the batch when [`time_update_and_batch`] measured them.
+    #[serde(flatten)]
+    pub overheads: StepOverheads,
     /// How it was measured.
     pub profile: ProfileMeta,
 }
@@ -208,9 +205,7 @@ impl Profile {
                 })
                 .collect(),
         );
-        table.update_seconds = self.update_seconds;
-        table.batch_seconds = self.batch_seconds;
-        table.plan_step_overhead_seconds = self.plan_step_overhead_seconds;
+        table.overheads = self.overheads;
         table
     }
 
@@ -545,9 +540,11 @@ pub fn profile_executor(
         model: model.into(),
         batch: exec.network().input().shape.dim(0),
         nodes,
-        update_seconds: None,
-        batch_seconds: None,
-        plan_step_overhead_seconds: (!overheads.is_empty()).then(|| Summary::of(&overheads).median),
+        overheads: StepOverheads {
+            plan_step_overhead_seconds: (!overheads.is_empty())
+                .then(|| Summary::of(&overheads).median),
+            ..StepOverheads::default()
+        },
         profile: ProfileMeta {
             warmup: options.warmup,
             repeats,
