@@ -193,11 +193,13 @@ impl MaxBatchArgs {
             // gemm's per-thread buffers live as long as the process: part of the baseline.
             heap::warm_up_cpu()?;
         }
-        let base = heap::current();
+        // The process heap on the CPU, the device's memory pool on CUDA.
+        let meter = checkmate_executor::Meter::for_device(&device)?;
+        let base = meter.current()?;
         let mut exec = Executor::new(net, &training, &device, DType::F32, 0)?;
         let data = SyntheticData::new(&exec, 0.5, 0)?;
         let batch = data.batch(&exec, 0)?;
-        heap::reset_peak();
+        meter.reset_peak()?;
         let started = Instant::now();
         let report = exec
             .run_plan(&fit.plan, &batch)
@@ -206,7 +208,7 @@ impl MaxBatchArgs {
         Ok(Confirmation {
             measured_live_peak: report.measured_peak,
             predicted_live_peak: report.predicted_live.iter().copied().max().unwrap_or(0),
-            heap_peak: heap::peak().saturating_sub(base),
+            heap_peak: meter.peak()?.saturating_sub(base),
             seconds: started.elapsed().as_secs_f64(),
         })
     }

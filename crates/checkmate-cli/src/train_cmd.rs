@@ -241,14 +241,15 @@ fn run_steps(
         worst_unmodelled: None,
         checksum_at: None,
     };
+    let meter = exec.meter().clone();
     for k in 0..steps {
-        heap::reset_peak();
+        meter.reset_peak()?;
         let started = Instant::now();
         let batch = data.batch(exec, k)?;
         let report = exec
             .run_plan(plan, &batch)
             .with_context(|| format!("training step {k}"))?;
-        run.heap_peak = run.heap_peak.max(heap::peak().saturating_sub(heap_base));
+        run.heap_peak = run.heap_peak.max(meter.peak()?.saturating_sub(heap_base));
         if let Some(w) = worst_unmodelled(exec.graph(), plan, &report, heap_base) {
             if run
                 .worst_unmodelled
@@ -263,7 +264,7 @@ fn run_steps(
         let seconds = started.elapsed().as_secs_f64();
         run.heap_peak_with_update = run
             .heap_peak_with_update
-            .max(heap::peak().saturating_sub(heap_base));
+            .max(meter.peak()?.saturating_sub(heap_base));
         if verbose {
             bar.suspend(|| {
                 println!(
@@ -313,17 +314,19 @@ pub fn run(args: TrainArgs) -> Result<()> {
         // gemm's per-thread buffers live as long as the process: part of the baseline.
         heap::warm_up_cpu()?;
     }
-    let heap_start = heap::current();
+    // The process heap on the CPU, the device's memory pool on CUDA.
+    let meter = checkmate_executor::Meter::for_device(&device)?;
+    let heap_start = meter.current()?;
     let mut exec = new_exec()?;
     let graph = exec.graph().clone();
     let chosen = choose_plan(&args, &graph)?;
     let sim = simulate(&graph, &chosen.plan)?;
     let baseline_plan = checkpoint_all_plan(&graph)?;
     let baseline_sim = simulate(&graph, &baseline_plan)?;
-    let heap_before_data = heap::current();
+    let heap_before_data = meter.current()?;
     let data = Dataset::open(&exec, args.data.as_deref(), args.seed)?;
     // The heap high-water marks count what training holds, not the dataset or the graph.
-    let heap_base = heap_start + heap::current().saturating_sub(heap_before_data);
+    let heap_base = heap_start + meter.current()?.saturating_sub(heap_before_data);
     let kind = args.model.optimizer.kind(args.lr)?;
     if !args.json {
         println!(

@@ -54,7 +54,7 @@ pub enum Error {
     /// A step took the process heap over the [`HeapLimit`](crate::HeapLimit): memory the
     /// training graph does not model (a model bug), or a limit below static memory.
     #[error(
-        "step {step} ({node}): the heap reached {seen} bytes above the base, over the limit of \
+        "step {step} ({node}): the {memory} reached {seen} bytes above the base, over the limit of \
          {limit}; the plan models {modelled} bytes at this step (static + live + workspace), so \
          {unmodelled} bytes are not in the model"
     )]
@@ -63,6 +63,8 @@ pub enum Error {
         step: usize,
         /// Node of that step.
         node: String,
+        /// What was measured: `process heap` or `CUDA memory pool` ([`crate::Meter::describe`]).
+        memory: &'static str,
         /// The limit, bytes above the base.
         limit: u64,
         /// Heap bytes above the base measured during the step.
@@ -78,6 +80,9 @@ pub enum Error {
     /// Invalid configuration (optimizer, dataset, budget).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The device's memory could not be measured (a CUDA driver call failed).
+    #[error("device memory: {0}")]
+    Device(String),
     /// The models crate rejected the network.
     #[error(transparent)]
     Model(#[from] checkmate_models::Error),

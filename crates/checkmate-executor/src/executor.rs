@@ -12,9 +12,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::{Error, Result, TensorContext};
-use crate::heap;
 use crate::kernels as k;
 use crate::memory::{owned, storage_of};
+use crate::meter::Meter;
 
 /// One training batch: the input and the `u32` labels, on the executor's device.
 #[derive(Debug, Clone)]
@@ -42,23 +42,25 @@ pub struct StepReport {
     pub computes: usize,
     /// Heap bytes in use at the high-water mark of every plan step, above the heap in use when
     /// the plan started (it already held the parameters, gradients, optimizer state and batch);
-    /// empty unless [`heap::Counting`] is the global allocator.
+    /// empty unless the device's memory is measured ([`Meter`]: on the CPU the process heap, when
+    /// [`crate::heap::Counting`] is the global allocator; on CUDA the device's memory pool).
     pub heap_during_step: Vec<u64>,
-    /// The heap in use when the plan started, bytes (0 without [`heap::Counting`]).
+    /// The heap (or CUDA pool) in use when the plan started, bytes (0 when unmeasured).
     pub heap_at_start: u64,
     /// What the model says the heap holds at the high-water mark of every plan step: static
     /// memory + the simulator's live bytes + the node's workspace (for a free, the live bytes
-    /// before it: its high-water mark is the heap before it frees). Empty unless
-    /// [`heap::Counting`] is the global allocator.
+    /// before it: its high-water mark is the heap before it frees). Empty when the device's
+    /// memory is not measured.
     pub heap_modelled: Vec<u64>,
     /// Wall-clock seconds of every plan step (the kernel of a `compute`, ~0 for a `free`); on an
     /// asynchronous device the device is synchronized after each step first.
     pub step_seconds: Vec<f64>,
 }
 
-/// A hard cap on the process heap during a plan (needs [`heap::Counting`] as the global
-/// allocator): [`Executor::run_plan`] fails with [`Error::OverHeapLimit`] at the first step whose
-/// heap high-water mark, above `base`, exceeds `limit`.
+/// A hard cap on the process heap (on CUDA: the device's memory pool) during a plan (on the CPU it
+/// needs [`crate::heap::Counting`] as the global allocator): [`Executor::run_plan`] fails with
+/// [`Error::OverHeapLimit`] at the first step whose high-water mark, above `base`, exceeds
+/// `limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeapLimit {
     /// Heap bytes that do not count (in use before the executor was built: the program itself).
@@ -81,6 +83,7 @@ pub struct Executor {
     grads: Vec<Vec<Option<Tensor>>>,
     check_memory: bool,
     heap_limit: Option<HeapLimit>,
+    meter: Meter,
     seed: u64,
     steps_run: u64,
 }
@@ -112,6 +115,7 @@ impl Executor {
                 .collect::<Result<Vec<_>>>()?,
             check_memory: self.check_memory,
             heap_limit: self.heap_limit,
+            meter: self.meter.clone(),
             seed: self.seed,
             steps_run: self.steps_run,
         })
@@ -182,6 +186,7 @@ impl Executor {
             grads,
             check_memory: true,
             heap_limit: None,
+            meter: Meter::for_device(device)?,
             seed,
             steps_run: 0,
         })
@@ -193,17 +198,28 @@ impl Executor {
         self.check_memory = on;
     }
 
-    /// Sets or clears the hard cap on the process heap during [`Executor::run_plan`]; fails when
-    /// the counting allocator is not installed (the heap could not be measured).
+    /// Sets or clears the hard cap on the device's memory (the process heap on the CPU, the
+    /// memory pool on CUDA) during [`Executor::run_plan`]; fails when that memory is not measured
+    /// (on the CPU: the counting allocator is not installed).
     pub fn set_heap_limit(&mut self, limit: Option<HeapLimit>) -> Result<()> {
-        if limit.is_some() && !heap::installed() {
-            return Err(Error::Config(
+        if limit.is_some() && !self.meter.measures() {
+            return Err(Error::Config(if self.device.is_cpu() {
                 "a heap limit needs checkmate_executor::heap::Counting as the global allocator"
-                    .into(),
-            ));
+                    .into()
+            } else {
+                "a memory limit on this device needs a CUDA context that allocates from a \
+                 memory pool (cuMemAllocAsync)"
+                    .into()
+            }));
         }
         self.heap_limit = limit;
         Ok(())
+    }
+
+    /// What measures this executor's device memory ([`Meter`]): the process heap on the CPU,
+    /// the default memory pool on CUDA.
+    pub fn meter(&self) -> &Meter {
+        &self.meter
     }
 
     /// Training steps run so far (successful [`Executor::run_plan`] calls): with the seed, it picks
@@ -371,16 +387,17 @@ impl Executor {
         let mut step_seconds = Vec::with_capacity(plan.steps.len());
         let mut loss = f64::NAN;
         let sync = !self.device.is_cpu();
-        let counting = heap::installed() && self.device.is_cpu();
-        let outer_peak = heap::peak();
-        let heap_at_start = if counting { heap::current() } else { 0 };
+        let meter = self.meter.clone();
+        let counting = meter.measures();
+        let outer_peak = meter.peak()?;
+        let heap_at_start = meter.current()?;
         let mut heap_during_step = Vec::new();
         let mut heap_modelled = Vec::new();
         let mut heap_high = 0;
         let static_bytes = self.tg.graph.static_bytes();
         for (step, &s) in plan.steps.iter().enumerate() {
             if counting {
-                heap::reset_peak();
+                meter.reset_peak()?;
             }
             let started = Instant::now();
             match s {
@@ -430,7 +447,7 @@ impl Executor {
             }
             step_seconds.push(started.elapsed().as_secs_f64());
             if counting {
-                let high = heap::peak();
+                let high = meter.peak()?;
                 heap_high = heap_high.max(high);
                 heap_during_step.push(high.saturating_sub(heap_at_start));
                 let (v, ws, live_then) = match s {
@@ -446,10 +463,11 @@ impl Executor {
                 if let Some(cap) = self.heap_limit {
                     let seen = high.saturating_sub(cap.base);
                     if seen > cap.limit {
-                        heap::raise_peak(outer_peak.max(heap_high));
+                        meter.raise_peak(outer_peak.max(heap_high));
                         return Err(Error::OverHeapLimit {
                             step,
                             node: self.tg.graph.label(v),
+                            memory: meter.describe(),
                             limit: cap.limit,
                             seen,
                             modelled,
@@ -471,7 +489,7 @@ impl Executor {
             measured_live.push(live);
         }
         if counting {
-            heap::raise_peak(outer_peak.max(heap_high));
+            meter.raise_peak(outer_peak.max(heap_high));
         }
         // Side effects once per step: running statistics, then the step counter (dropout seeds).
         for (l, stats) in running.into_iter().enumerate() {

@@ -53,6 +53,7 @@ mod executor;
 pub mod heap;
 pub mod kernels;
 pub mod memory;
+pub mod meter;
 pub mod optim;
 
 pub use checkmate_graph::Plan;
@@ -60,6 +61,7 @@ pub use data::SyntheticData;
 pub use dataset::{ArrayData, BatchSource, Dataset, Npy};
 pub use error::{Error, Result};
 pub use executor::{Batch, Executor, HeapLimit, StepReport};
+pub use meter::Meter;
 pub use optim::{Optimizer, OptimizerKind};
 
 /// Runs `steps` training steps of `plan` on batches `0..steps` of `data`, updating the parameters

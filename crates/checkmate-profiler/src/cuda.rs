@@ -8,15 +8,17 @@
 //! - Memory: when the context allocates stream-ordered (`cuMemAllocAsync`, which cudarc uses when
 //!   the device supports memory pools), the default pool's `CU_MEMPOOL_ATTR_USED_MEM_HIGH` is reset
 //!   before a step and read after it: the device-memory high-water mark of the step, static
-//!   memory (parameters, batch) included.
+//!   memory (parameters, batch) included. The pool's counters are the executor's
+//!   ([`checkmate_executor::meter::cuda_pool`]), which `checkmate train` enforces its budget with.
 //!
 //! Only cudarc's driver API, as re-exported by candle (`candle_core::cuda_backend::cudarc`), is
 //! used, so the build links the CUDA libraries exactly as candle does.
 
 use std::sync::Arc;
 
-use candle_core::cuda_backend::cudarc::driver::{result, sys, CudaEvent, CudaStream, DriverError};
+use candle_core::cuda_backend::cudarc::driver::{sys, CudaEvent, CudaStream, DriverError};
 use candle_core::Device;
+use checkmate_executor::meter::cuda_pool::Pool;
 
 use crate::error::{Error, Result};
 
@@ -43,13 +45,17 @@ pub fn device_label(device: &Device) -> String {
 #[derive(Debug)]
 pub struct Probe {
     stream: Arc<CudaStream>,
-    pool: Option<sys::CUmemoryPool>,
+    pool: Option<Pool>,
 }
 
 /// A step being measured: the start event (see [`Probe::start`]).
 #[derive(Debug)]
 pub struct Mark {
     start: CudaEvent,
+}
+
+fn pool_err(e: checkmate_executor::Error) -> Error {
+    Error::Cuda(e.to_string())
 }
 
 impl Probe {
@@ -59,54 +65,25 @@ impl Probe {
             return Ok(None);
         };
         let stream = d.cuda_stream();
-        let ctx = stream.context().clone();
-        let pool = if ctx.has_async_alloc() {
-            ctx.bind_to_thread()
-                .map_err(cuda_err("binding the context"))?;
-            // SAFETY: the device handle comes from a live context.
-            let pool = unsafe { result::device::get_default_mem_pool(ctx.cu_device()) }
-                .map_err(cuda_err("reading the default memory pool"))?;
-            Some(pool)
-        } else {
-            None
-        };
+        let pool = Pool::of(d).map_err(pool_err)?;
         Ok(Some(Probe { stream, pool }))
     }
 
     /// The pool's used-memory high-water mark since the last reset, if the context allocates
     /// from a memory pool.
     pub fn used_high(&self) -> Result<Option<u64>> {
-        let Some(pool) = self.pool else {
-            return Ok(None);
-        };
-        let mut value: u64 = 0;
-        // SAFETY: the pool is the device's default pool; USED_MEM_HIGH is a cuuint64_t.
-        unsafe {
-            result::mem_pool::get_attribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                &mut value as *mut u64 as *mut core::ffi::c_void,
-            )
-        }
-        .map_err(cuda_err("reading the pool's high-water mark"))?;
-        Ok(Some(value))
+        self.pool
+            .as_ref()
+            .map(|p| p.peak().map_err(pool_err))
+            .transpose()
     }
 
     /// Resets the pool's high-water mark to the memory in use now.
     pub fn reset_high(&self) -> Result<()> {
-        let Some(pool) = self.pool else {
-            return Ok(());
-        };
-        let mut zero: u64 = 0;
-        // SAFETY: as in `used_high`; the driver accepts only 0 for this attribute (a reset).
-        unsafe {
-            result::mem_pool::set_attribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                &mut zero as *mut u64 as *mut core::ffi::c_void,
-            )
+        match &self.pool {
+            Some(p) => p.reset_peak().map_err(pool_err),
+            None => Ok(()),
         }
-        .map_err(cuda_err("resetting the pool's high-water mark"))
     }
 
     /// Synchronizes the stream, resets the high-water mark and records a start event.
