@@ -64,7 +64,7 @@ fn bench(c: &mut Criterion) {
                 .unwrap();
             (dx, dw)
         };
-        let ours_backward = || k::conv2d_backward(&x, &w, &g, &conv, true, false).unwrap();
+        let ours_backward = || k::conv2d_backward(&x, &w, &g, &conv, true, true, false).unwrap();
         assert_eq!(candle_backward().1.dims(), w.dims());
         group.bench_function(format!("{name}/backward/chunked"), |b| {
             b.iter(ours_backward)

@@ -1,5 +1,6 @@
 //! Per-node heap against the model: `cargo run --release -p checkmate-executor --example
-//! heap_probe -- MODEL BATCH IMAGE [min MiB]`. Runs checkpoint-all twice (the first step is the
+//! heap_probe -- MODEL BATCH IMAGE [min MiB]`. Runs checkpoint-all (or the plan in the file
+//! `$PLAN`) twice (the first step is the
 //! warm-up, followed by one SGD update) and prints every compute whose heap high-water mark differs from static + live +
 //! workspace by more than `min` MiB (default 0.05), with its output bytes for comparison.
 
@@ -27,7 +28,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let net = model_by_name(model, &c)?;
     let mut exec = Executor::new(net, &TrainingConfig::default(), &Device::Cpu, DType::F32, 1)?;
     let g = exec.graph().clone();
-    let all = Plan::new((0..g.len()).map(Step::Compute).collect());
+    // `PLAN=file` runs that plan (checkmate-plan/1 of this graph) instead of checkpoint-all.
+    let all = match std::env::var("PLAN") {
+        Ok(path) => checkmate_graph::PlanFile::read(&path, &g)?.plan,
+        Err(_) => Plan::new((0..g.len()).map(Step::Compute).collect()),
+    };
     let data = SyntheticData::new(&exec, 0.1, 2)?;
     let mut opt = Optimizer::new(OptimizerKind::sgd(0.01))?;
     let mib = |b: i64| b as f64 / (1 << 20) as f64;

@@ -395,10 +395,11 @@ fn backward_typed<T: WithDType>(
     relu_y: Option<&Tensor>,
     geo: &Geom,
     need_dx: bool,
-) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+    need_dw: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let positions = geo.oh * geo.ow;
     let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
-    let mut dw = vec![T::from_f64(0.0); geo.cout * k_len];
+    let mut dw = vec![T::from_f64(0.0); if need_dw { geo.cout * k_len } else { 0 }];
     let mut db = vec![T::from_f64(0.0); if relu_y.is_some() { geo.cout } else { 0 }];
     let mut dx = if need_dx {
         vec![T::from_f64(0.0); geo.n * geo.cin * geo.h * geo.w]
@@ -446,18 +447,20 @@ fn backward_typed<T: WithDType>(
                             db[g * opg + o] += part.iter().fold(T::from_f64(0.0), |a, &v| a + v);
                         }
                     }
-                    // Kernel gradient: dW_g[o, k] += sum_p dY[o, p] col[p, k].
-                    geo.unfold(xn, g, p0, rows, &mut col);
-                    gemm(
-                        (opg, k_len, rows),
-                        &mut dw[g * opg * k_len..],
-                        (k_len, 1),
-                        true,
-                        gy,
-                        (stride, 1),
-                        &col,
-                        (k_len, 1),
-                    );
+                    if need_dw {
+                        // Kernel gradient: dW_g[o, k] += sum_p dY[o, p] col[p, k].
+                        geo.unfold(xn, g, p0, rows, &mut col);
+                        gemm(
+                            (opg, k_len, rows),
+                            &mut dw[g * opg * k_len..],
+                            (k_len, 1),
+                            true,
+                            gy,
+                            (stride, 1),
+                            &col,
+                            (k_len, 1),
+                        );
+                    }
                     if need_dx {
                         // Input gradient, in the same buffer as the windows.
                         let dxn = &mut dx[s * sample..(s + 1) * sample];
@@ -477,7 +480,11 @@ fn backward_typed<T: WithDType>(
         })
     })?;
     let dev = x.device();
-    let dw = Tensor::from_vec(dw, w.dims(), dev)?;
+    let dw = if need_dw {
+        Some(Tensor::from_vec(dw, w.dims(), dev)?)
+    } else {
+        None
+    };
     let dx = if need_dx {
         Some(Tensor::from_vec(dx, x.dims(), dev)?)
     } else {
@@ -496,17 +503,19 @@ pub fn masked_elems(geo: &Geom, elem: usize) -> usize {
 }
 
 /// Gradients of the convolution from the gradient `dy` of its output: `(dx, dW)`, `dx` only
-/// when `need_dx`. Scratch: one chunk buffer (windows, then their gradients) and gemm's packing.
+/// when `need_dx`, `dW` only when `need_dw` (a recomputed backward node's kernel gradient is
+/// not needed again: skipping it saves its allocation and its products). Scratch: one chunk buffer (windows, then their gradients) and gemm's packing.
 pub fn backward(
     x: &Tensor,
     w: &Tensor,
     dy: &Tensor,
     geo: &Geom,
     need_dx: bool,
-) -> Result<(Option<Tensor>, Tensor)> {
+    need_dw: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let (dx, dw, _) = match x.dtype() {
-        DType::F32 => backward_typed::<f32>(x, w, dy, None, geo, need_dx)?,
-        DType::F64 => backward_typed::<f64>(x, w, dy, None, geo, need_dx)?,
+        DType::F32 => backward_typed::<f32>(x, w, dy, None, geo, need_dx, need_dw)?,
+        DType::F64 => backward_typed::<f64>(x, w, dy, None, geo, need_dx, need_dw)?,
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     };
     Ok((dx, dw))
@@ -522,10 +531,11 @@ pub fn backward_relu(
     dy: &Tensor,
     geo: &Geom,
     need_dx: bool,
-) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+    need_dw: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>, Tensor)> {
     let (dx, dw, db) = match x.dtype() {
-        DType::F32 => backward_typed::<f32>(x, w, dy, Some(y), geo, need_dx)?,
-        DType::F64 => backward_typed::<f64>(x, w, dy, Some(y), geo, need_dx)?,
+        DType::F32 => backward_typed::<f32>(x, w, dy, Some(y), geo, need_dx, need_dw)?,
+        DType::F64 => backward_typed::<f64>(x, w, dy, Some(y), geo, need_dx, need_dw)?,
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     };
     let db = db.ok_or_else(|| candle_core::Error::Msg("conv_cpu: no bias gradient".into()))?;

@@ -771,6 +771,9 @@ impl Executor {
         };
         let need = |i: usize| bn.input_grads.get(i).copied().unwrap_or(false);
         let first_time = !grads_done[l];
+        // A recomputed backward node (parameter gradients done this step) computes only its
+        // input gradients: its parameter gradients would be allocated and dropped, memory the
+        // graph does not model (a whole kernel's size) and products nobody reads.
         if first_time {
             // The last step's gradients are static memory until this node replaces them: they
             // go just before the kernel allocates the new ones, so the heap never holds both.
@@ -785,25 +788,29 @@ impl Executor {
         match &layer.op {
             Op::Dense(_) => {
                 let (dx, dw, db) =
-                    k::dense_backward(x0()?, &self.params[l][0], &g, need(0)).ctx(ctx)?;
-                self.store_grads(l, first_time, [Some(dw), Some(db)]);
+                    k::dense_backward(x0()?, &self.params[l][0], &g, need(0), first_time)
+                        .ctx(ctx)?;
+                self.store_grads(l, first_time, [dw, Some(db)]);
                 outs[0] = dx;
             }
             Op::Conv2d(c) => {
                 let w = &self.params[l][0];
                 let (dx, dw, db) = match relu_mask {
-                    Some(y) => k::conv2d_backward_relu(x0()?, w, y, &g, c, need(0), c.bias),
-                    None => k::conv2d_backward(x0()?, w, &g, c, need(0), c.bias),
+                    Some(y) => {
+                        k::conv2d_backward_relu(x0()?, w, y, &g, c, need(0), first_time, c.bias)
+                    }
+                    None => k::conv2d_backward(x0()?, w, &g, c, need(0), first_time, c.bias),
                 }
                 .ctx(ctx)?;
-                self.store_grads(l, first_time, [Some(dw), db]);
+                self.store_grads(l, first_time, [dw, db]);
                 outs[0] = dx;
             }
             Op::ConvTranspose2d(c) => {
+                let w = &self.params[l][0];
                 let (dx, dw, db) =
-                    k::conv_transpose2d_backward(x0()?, &self.params[l][0], &g, c, need(0), c.bias)
+                    k::conv_transpose2d_backward(x0()?, w, &g, c, need(0), first_time, c.bias)
                         .ctx(ctx)?;
-                self.store_grads(l, first_time, [Some(dw), db]);
+                self.store_grads(l, first_time, [dw, db]);
                 outs[0] = dx;
             }
             Op::BatchNorm(b) => {

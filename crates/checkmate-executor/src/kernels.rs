@@ -111,18 +111,23 @@ pub fn dense_forward(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Tenso
 }
 
 /// Gradients of a dense layer from the gradient `g` of its pre-activation output: `(dx, dW, db)`,
-/// `dx` only when `need_dx`.
+/// `dx` only when `need_dx`, `dW` only when `need_dw`.
 pub fn dense_backward(
     x: &Tensor,
     w: &Tensor,
     g: &Tensor,
     need_dx: bool,
-) -> Result<(Option<Tensor>, Tensor, Tensor)> {
+    need_dw: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>, Tensor)> {
     let (out, inp) = w.dims2()?;
     let rows = x.elem_count() / inp.max(1);
     let x2 = x.reshape((rows, inp))?;
     let g2 = g.reshape((rows, out))?;
-    let dw = g2.t()?.matmul(&x2)?;
+    let dw = if need_dw {
+        Some(g2.t()?.matmul(&x2)?)
+    } else {
+        None
+    };
     let db = g2.sum(0)?;
     let dx = if need_dx {
         Some(g2.matmul(w)?.reshape(x.dims())?)
@@ -378,7 +383,7 @@ fn conv2d_same_stride(x: &Tensor, w: &Tensor, p: [usize; 4], s: usize) -> Result
 }
 
 /// Gradients of a convolution from the gradient `g` of its pre-activation output:
-/// `(dx, dW, db)`, `dx` only when `need_dx`, `db` only when `bias`.
+/// `(dx, dW, db)`, `dx` only when `need_dx`, `dW` only when `need_dw`, `db` only when `bias`.
 ///
 /// The input gradient of a stride-1 convolution is a convolution of the padded `g` with the
 /// flipped, transposed kernel; larger strides use candle's transposed convolution. The kernel
@@ -391,12 +396,13 @@ pub fn conv2d_backward(
     g: &Tensor,
     c: &Conv2d,
     need_dx: bool,
+    need_dw: bool,
     bias: bool,
-) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
     if conv_cpu::applies(x) {
         let geo = ConvGeom::for_grad(x, w, c, g)?.chunked();
-        let (dx, dw) = conv_cpu::backward(x, w, g, &geo, need_dx)?;
+        let (dx, dw) = conv_cpu::backward(x, w, g, &geo, need_dx, need_dw)?;
         return Ok((dx, dw, db));
     }
     if !candle_conv(c) {
@@ -417,7 +423,7 @@ pub fn conv2d_backward(
             None
         };
         let dw = from_f64_vec(dw, w.dims(), w.dtype(), w.device())?;
-        return Ok((dx, dw, db));
+        return Ok((dx, need_dw.then_some(dw), db));
     }
     let (n, cin, h, wd) = x.dims4()?;
     let (cout, _, kh, kw) = w.dims4()?;
@@ -463,12 +469,13 @@ pub fn conv2d_backward(
         };
         Some(crop2d(&fold(&dcols, &geo)?, p)?)
     };
-    Ok((dx, dw, db))
+    Ok((dx, need_dw.then_some(dw), db))
 }
 
 /// [`conv2d_backward`] of a convolution followed by ReLU, from the gradient `g` of the ReLU's
 /// output `y`: `(dx, dW, db)`. On the CPU the mask is applied chunk by chunk inside the chunked
 /// kernel (no gradient-sized temporary); elsewhere the masked gradient is formed first.
+#[allow(clippy::too_many_arguments)]
 pub fn conv2d_backward_relu(
     x: &Tensor,
     w: &Tensor,
@@ -476,15 +483,16 @@ pub fn conv2d_backward_relu(
     g: &Tensor,
     c: &Conv2d,
     need_dx: bool,
+    need_dw: bool,
     bias: bool,
-) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     if conv_cpu::applies(x) && y.dims() == g.dims() && y.dtype() == x.dtype() {
         let geo = ConvGeom::for_grad(x, w, c, g)?.chunked();
-        let (dx, dw, db) = conv_cpu::backward_relu(x, w, y, g, &geo, need_dx)?;
+        let (dx, dw, db) = conv_cpu::backward_relu(x, w, y, g, &geo, need_dx, need_dw)?;
         return Ok((dx, dw, bias.then_some(db)));
     }
     let g = activation_backward(Some(x), y, g, Activation::Relu, 1)?;
-    conv2d_backward(x, w, &g, c, need_dx, bias)
+    conv2d_backward(x, w, &g, c, need_dx, need_dw, bias)
 }
 
 /// Window `(a, b)` of every output position: `[N, C, oh, ow]` with element `(y, x)` taken from
@@ -684,7 +692,7 @@ fn transposed_geom(
 }
 
 /// Gradients of a transposed convolution from the gradient `g` of its pre-activation output:
-/// `(dx, dW, db)`. The input gradient is a strided convolution of the (uncropped) gradient with the
+/// `(dx, dW, db)`, `dx` only when `need_dx`, `dW` only when `need_dw`. The input gradient is a strided convolution of the (uncropped) gradient with the
 /// kernel; the kernel gradient a convolution over the batch axis dilated by the stride.
 pub fn conv_transpose2d_backward(
     x: &Tensor,
@@ -692,8 +700,9 @@ pub fn conv_transpose2d_backward(
     g: &Tensor,
     c: &ConvTranspose2d,
     need_dx: bool,
+    need_dw: bool,
     bias: bool,
-) -> Result<(Option<Tensor>, Tensor, Option<Tensor>)> {
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let s = check_transpose(c)?;
     let db = if bias { Some(g.sum((0, 2, 3))?) } else { None };
     if conv_cpu::applies(x) {
@@ -701,7 +710,7 @@ pub fn conv_transpose2d_backward(
         // with the roles of input (`g`) and output gradient (`x`) swapped; its input gradient
         // is that convolution's forward pass.
         let geo = transposed_geom(x, w, c, s)?;
-        let (_, dw) = conv_cpu::backward(g, w, x, &geo, false)?;
+        let (_, dw) = conv_cpu::backward(g, w, x, &geo, false, need_dw)?;
         let dx = if need_dx {
             Some(conv_cpu::forward(g, w, None, &geo, false)?)
         } else {
@@ -722,7 +731,7 @@ pub fn conv_transpose2d_backward(
     } else {
         None
     };
-    Ok((dx, dw, db))
+    Ok((dx, need_dw.then_some(dw), db))
 }
 
 fn to_f64_vec(t: &Tensor) -> Result<Vec<f64>> {
@@ -1571,9 +1580,9 @@ pub fn attention_backward(
     let a = attention_parts(x, wqkv, bqkv, heads, causal)?;
     let (n, t, c) = x.dims3()?;
     let d = c / heads;
-    let (do_, dwout, dbout) = dense_backward(&a.o, wout, g, true)?;
-    let Some(do_) = do_ else {
-        candle_core::bail!("attention: no output-projection input gradient")
+    let (do_, dwout, dbout) = dense_backward(&a.o, wout, g, true, true)?;
+    let (Some(do_), Some(dwout)) = (do_, dwout) else {
+        candle_core::bail!("attention: no output-projection gradients")
     };
     let do4 = heads_first(&do_, n, t, heads, d)?;
     let datt = do4.matmul(&a.v.transpose(2, 3)?.contiguous()?)?;
@@ -1590,7 +1599,10 @@ pub fn attention_backward(
         ],
         2,
     )?;
-    let (dx, dwqkv, dbqkv) = dense_backward(x, wqkv, &dqkv, need_dx)?;
+    let (dx, dwqkv, dbqkv) = dense_backward(x, wqkv, &dqkv, need_dx, true)?;
+    let Some(dwqkv) = dwqkv else {
+        candle_core::bail!("attention: no QKV kernel gradient")
+    };
     Ok(AttentionGrads {
         dx,
         dwqkv,

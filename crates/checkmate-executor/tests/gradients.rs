@@ -63,12 +63,12 @@ fn dense_with_each_activation() {
         };
         let y = fwd(&x, &w, &b);
         let g = k::activation_backward(None, &y, &r, act, 1).unwrap();
-        let (dx, dw, db) = k::dense_backward(&x, &w, &g, true).unwrap();
+        let (dx, dw, db) = k::dense_backward(&x, &w, &g, true, true).unwrap();
         let name = act.name();
         check(&format!("dense {name} dx"), &x, &dx.unwrap(), |x| {
             dot(&fwd(x, &w, &b), &r)
         });
-        check(&format!("dense {name} dw"), &w, &dw, |w| {
+        check(&format!("dense {name} dw"), &w, dw.as_ref().unwrap(), |w| {
             dot(&fwd(&x, w, &b), &r)
         });
         check(&format!("dense {name} db"), &b, &db, |b| {
@@ -82,11 +82,11 @@ fn dense_on_rank3_input() {
     let x = rand_t(&[2, 3, 4], 5);
     let w = rand_t(&[2, 4], 6);
     let r = rand_t(&[2, 3, 2], 7);
-    let (dx, dw, _) = k::dense_backward(&x, &w, &r, true).unwrap();
+    let (dx, dw, _) = k::dense_backward(&x, &w, &r, true, true).unwrap();
     check("dense3 dx", &x, &dx.unwrap(), |x| {
         dot(&k::dense_forward(x, &w, None).unwrap(), &r)
     });
-    check("dense3 dw", &w, &dw, |w| {
+    check("dense3 dw", &w, dw.as_ref().unwrap(), |w| {
         dot(&k::dense_forward(&x, w, None).unwrap(), &r)
     });
 }
@@ -111,13 +111,15 @@ fn conv_case(c: Conv2d, input: [usize; 4], seed: u64) {
     let b = rand_t(&[c.filters], seed + 2);
     let y = k::conv2d_forward(&x, &w, Some(&b), &c).unwrap();
     let r = rand_t(y.dims(), seed + 3);
-    let (dx, dw, db) = k::conv2d_backward(&x, &w, &r, &c, true, true).unwrap();
+    let (dx, dw, db) = k::conv2d_backward(&x, &w, &r, &c, true, true, true).unwrap();
     let f = |x: &Tensor, w: &Tensor, b: &Tensor| {
         dot(&k::conv2d_forward(x, w, Some(b), &c).unwrap(), &r)
     };
     let name = format!("conv {c:?} on {input:?}");
     check(&format!("{name} dx"), &x, &dx.unwrap(), |x| f(x, &w, &b));
-    check(&format!("{name} dw"), &w, &dw, |w| f(&x, w, &b));
+    check(&format!("{name} dw"), &w, dw.as_ref().unwrap(), |w| {
+        f(&x, w, &b)
+    });
     check(&format!("{name} db"), &b, &db.unwrap(), |b| f(&x, &w, b));
 }
 
@@ -152,7 +154,7 @@ fn conv2d_without_input_gradient_skips_dx() {
     let x = rand_t(&[1, 1, 4, 4], 60);
     let w = rand_t(&[2, 1, 3, 3], 61);
     let g = rand_t(&[1, 2, 2, 2], 62);
-    let (dx, _, db) = k::conv2d_backward(&x, &w, &g, &c, false, false).unwrap();
+    let (dx, _, db) = k::conv2d_backward(&x, &w, &g, &c, false, true, false).unwrap();
     assert!(dx.is_none() && db.is_none());
 }
 
@@ -300,13 +302,15 @@ fn conv_transpose_case(c: ConvTranspose2d, input: [usize; 4], seed: u64) {
     let b = rand_t(&[c.filters], seed + 2);
     let y = k::conv_transpose2d_forward(&x, &w, Some(&b), &c).unwrap();
     let r = rand_t(y.dims(), seed + 3);
-    let (dx, dw, db) = k::conv_transpose2d_backward(&x, &w, &r, &c, true, true).unwrap();
+    let (dx, dw, db) = k::conv_transpose2d_backward(&x, &w, &r, &c, true, true, true).unwrap();
     let f = |x: &Tensor, w: &Tensor, b: &Tensor| {
         dot(&k::conv_transpose2d_forward(x, w, Some(b), &c).unwrap(), &r)
     };
     let name = format!("conv_transpose {c:?} on {input:?}");
     check(&format!("{name} dx"), &x, &dx.unwrap(), |x| f(x, &w, &b));
-    check(&format!("{name} dw"), &w, &dw, |w| f(&x, w, &b));
+    check(&format!("{name} dw"), &w, dw.as_ref().unwrap(), |w| {
+        f(&x, w, &b)
+    });
     check(&format!("{name} db"), &b, &db.unwrap(), |b| f(&x, &w, b));
 }
 
@@ -603,9 +607,12 @@ fn chunked_convolutions_are_adjoint_to_their_gradients() {
         );
         let y = k::conv2d_forward(&x, &w, None, &c).unwrap();
         let r = rand_t(y.dims(), seed + 2);
-        let (dx, dw, _) = k::conv2d_backward(&x, &w, &r, &c, true, false).unwrap();
+        let (dx, dw, _) = k::conv2d_backward(&x, &w, &r, &c, true, true, false).unwrap();
         let yr = dot(&y, &r);
-        for (name, got) in [("dx", dot(&x, &dx.unwrap())), ("dW", dot(&w, &dw))] {
+        for (name, got) in [
+            ("dx", dot(&x, &dx.unwrap())),
+            ("dW", dot(&w, dw.as_ref().unwrap())),
+        ] {
             assert!(
                 (yr - got).abs() <= 1e-9 * (1.0 + yr.abs()),
                 "case {i} {c:?}: <y, r> = {yr}, <{name}, .> = {got}"
@@ -640,9 +647,12 @@ fn chunked_transposed_convolution_is_adjoint_to_its_gradients() {
     let w = rand_t(&[96, 24, 3, 3], 611);
     let y = k::conv_transpose2d_forward(&x, &w, None, &c).unwrap();
     let r = rand_t(y.dims(), 612);
-    let (dx, dw, _) = k::conv_transpose2d_backward(&x, &w, &r, &c, true, false).unwrap();
+    let (dx, dw, _) = k::conv_transpose2d_backward(&x, &w, &r, &c, true, true, false).unwrap();
     let yr = dot(&y, &r);
-    for (name, got) in [("dx", dot(&x, &dx.unwrap())), ("dW", dot(&w, &dw))] {
+    for (name, got) in [
+        ("dx", dot(&x, &dx.unwrap())),
+        ("dW", dot(&w, dw.as_ref().unwrap())),
+    ] {
         assert!(
             (yr - got).abs() <= 1e-9 * (1.0 + yr.abs()),
             "<y, r> = {yr}, <{name}, .> = {got}"
@@ -673,19 +683,73 @@ fn convolution_with_relu_masks_its_gradient_inside_the_kernel() {
         let b = c.bias.then(|| rand_t(&[c.filters], seed + 3));
         let y = k::conv2d_forward_act(&x, &w, b.as_ref(), &c, c.activation).unwrap();
         let g = rand_t(y.dims(), seed + 2);
-        let (dx, dw, db) = k::conv2d_backward_relu(&x, &w, &y, &g, &c, true, c.bias).unwrap();
+        let (dx, dw, db) = k::conv2d_backward_relu(&x, &w, &y, &g, &c, true, true, c.bias).unwrap();
         let masked = k::activation_backward(Some(&x), &y, &g, Activation::Relu, 1).unwrap();
-        let (dx0, dw0, db0) = k::conv2d_backward(&x, &w, &masked, &c, true, c.bias).unwrap();
+        let (dx0, dw0, db0) = k::conv2d_backward(&x, &w, &masked, &c, true, true, c.bias).unwrap();
         let close = |a: &Tensor, b: &Tensor, what: &str| {
             let d = (a - b).unwrap().abs().unwrap().max_all().unwrap();
             let d = d.to_scalar::<f64>().unwrap();
             assert!(d < 1e-10, "case {i} {what}: max difference {d}");
         };
         close(&dx.unwrap(), &dx0.unwrap(), "dx");
-        close(&dw, &dw0, "dW");
+        close(dw.as_ref().unwrap(), dw0.as_ref().unwrap(), "dW");
         assert_eq!(db.is_some(), c.bias, "case {i}: bias gradient");
         if let (Some(db), Some(db0)) = (db, db0) {
             close(&db, &db0, "db");
         }
     }
+}
+
+/// A recomputed backward node asks for its input gradient only (`need_dw = false`): the input
+/// gradient is bitwise the one computed beside the kernel gradient, and no kernel gradient is
+/// formed. f32, so that the chunked CPU kernels run (they are what the executor uses).
+#[test]
+fn skipping_the_kernel_gradient_leaves_the_input_gradient_bitwise_unchanged() {
+    let f32t = |dims: &[usize], seed: u64| rand_t(dims, seed).to_dtype(DType::F32).unwrap();
+    let same = |a: &Tensor, b: &Tensor, what: &str| {
+        let (a, b) = (a.flatten_all().unwrap(), b.flatten_all().unwrap());
+        let a = a.to_vec1::<f32>().unwrap();
+        let b = b.to_vec1::<f32>().unwrap();
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{what}: input gradients differ"
+        );
+    };
+    for (c, input) in [
+        (Conv2d::new(8, 3).same(), [2, 5, 9, 7]),
+        (Conv2d::new(6, 3).stride(2).relu(), [2, 4, 11, 10]),
+        (Conv2d::new(8, 3).groups(4).same().relu(), [1, 8, 6, 6]),
+    ] {
+        let x = f32t(&input, 900);
+        let w = f32t(
+            &[c.filters, input[1] / c.groups, c.kernel[0], c.kernel[1]],
+            901,
+        );
+        let y = k::conv2d_forward_act(&x, &w, None, &c, c.activation).unwrap();
+        let g = f32t(y.dims(), 902);
+        let (dx, dw, _) = k::conv2d_backward(&x, &w, &g, &c, true, true, false).unwrap();
+        let (dx1, dw1, _) = k::conv2d_backward(&x, &w, &g, &c, true, false, false).unwrap();
+        assert!(dw.is_some() && dw1.is_none());
+        same(&dx.unwrap(), &dx1.unwrap(), "conv");
+        let (dx, _, _) = k::conv2d_backward_relu(&x, &w, &y, &g, &c, true, true, false).unwrap();
+        let (dx1, dw1, _) =
+            k::conv2d_backward_relu(&x, &w, &y, &g, &c, true, false, false).unwrap();
+        assert!(dw1.is_none());
+        same(&dx.unwrap(), &dx1.unwrap(), "conv + relu");
+    }
+    let c = ConvTranspose2d::new(2, 4, 2);
+    let x = f32t(&[2, 3, 3, 2], 910);
+    let w = f32t(&[3, c.filters, c.kernel[0], c.kernel[1]], 911);
+    let y = k::conv_transpose2d_forward(&x, &w, None, &c).unwrap();
+    let g = f32t(y.dims(), 912);
+    let (dx, _, _) = k::conv_transpose2d_backward(&x, &w, &g, &c, true, true, false).unwrap();
+    let (dx1, dw1, _) = k::conv_transpose2d_backward(&x, &w, &g, &c, true, false, false).unwrap();
+    assert!(dw1.is_none());
+    same(&dx.unwrap(), &dx1.unwrap(), "transposed conv");
+    let (x, w) = (f32t(&[4, 6], 920), f32t(&[5, 6], 921));
+    let g = f32t(&[4, 5], 922);
+    let (dx, _, _) = k::dense_backward(&x, &w, &g, true, true).unwrap();
+    let (dx1, dw1, _) = k::dense_backward(&x, &w, &g, true, false).unwrap();
+    assert!(dw1.is_none());
+    same(&dx.unwrap(), &dx1.unwrap(), "dense");
 }

@@ -304,3 +304,80 @@ fn a_solve_leaves_nothing_behind_on_the_heap() {
         );
     }
 }
+
+/// A backward node computed a second time in a step (its output freed and recomputed) computes
+/// its input gradients only: the parameter gradients were set by its first compute, and forming
+/// them again would take a kernel-sized buffer that no node models (0.42 MiB in U-Net's
+/// `conv2d_3_backward`, 9 MiB in VGG16's last convolutions). Every backward node with a kernel
+/// of VGG16 (convolutions with ReLU, dense layers) is recomputed once, right after its first
+/// compute; each recompute must stay within the model, and the weights must equal checkpoint-all's.
+#[test]
+fn a_recomputed_backward_node_allocates_no_parameter_gradient() {
+    let _serial = serial();
+    heap::warm_up_cpu().unwrap();
+    let mut exec = vgg(2);
+    let mut reference = exec.try_clone().unwrap();
+    let g = exec.graph().clone();
+    let all = Plan::new((0..g.len()).map(Step::Compute).collect());
+    let tg_backward: Vec<usize> = (0..g.len())
+        .filter(|&v| g.node(v).kind == checkmate_graph::NodeKind::Backward)
+        .collect();
+    let mut steps = Vec::new();
+    let mut recomputes = Vec::new();
+    for v in 0..g.len() {
+        steps.push(Step::Compute(v));
+        if tg_backward.contains(&v) && g.node(v).bytes > 0 {
+            steps.push(Step::Free(v));
+            steps.push(Step::Compute(v));
+            recomputes.push(steps.len() - 1);
+        }
+    }
+    let twice = Plan::new(steps);
+    let data = SyntheticData::new(&exec, 0.1, 2).unwrap();
+    let mut opt = Optimizer::new(OptimizerKind::sgd(0.01)).unwrap();
+    let mut ref_opt = Optimizer::new(OptimizerKind::sgd(0.01)).unwrap();
+    let biggest_kernel = exec
+        .params()
+        .iter()
+        .flatten()
+        .map(|t| t.elem_count() as i64 * 4)
+        .max()
+        .unwrap();
+    assert!(
+        biggest_kernel > 4 * NODE_SLACK,
+        "the test needs a kernel the slack cannot hide"
+    );
+    for step in 0..2 {
+        let batch = data.batch(&exec, step).unwrap();
+        let report = exec.run_plan(&twice, &batch).unwrap();
+        opt.step(&mut exec).unwrap();
+        reference.run_plan(&all, &batch).unwrap();
+        ref_opt.step(&mut reference).unwrap();
+        if step == 0 {
+            continue;
+        }
+        for &k in &recomputes {
+            let Step::Compute(v) = twice.steps[k] else {
+                unreachable!()
+            };
+            let seen = report.heap_during_step[k] as i64 + g.static_bytes() as i64;
+            let modelled = report.heap_modelled[k] as i64;
+            assert!(
+                seen <= modelled + NODE_SLACK,
+                "recomputed {}: {} bytes more than modelled",
+                g.label(v),
+                seen - modelled
+            );
+        }
+    }
+    assert!(
+        recomputes.len() >= 10,
+        "only {} recomputes",
+        recomputes.len()
+    );
+    assert_eq!(
+        checkmate_executor::params_checksum(&exec).unwrap(),
+        checkmate_executor::params_checksum(&reference).unwrap(),
+        "recomputing backward nodes changed the weights"
+    );
+}
