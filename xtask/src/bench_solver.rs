@@ -115,18 +115,30 @@ struct Row {
     cost: Option<f64>,
     lower_bound: Option<f64>,
     seconds: f64,
+    /// The process's peak resident memory during the solve (its high-water mark is reset
+    /// before it), bytes.
+    peak_rss: Option<u64>,
+}
+
+/// `Row::peak_rss` in MiB for the tables.
+fn rss_cell(b: Option<u64>) -> String {
+    b.map_or("-".into(), |b| {
+        format!("{:.0}", b as f64 / (1 << 20) as f64)
+    })
 }
 
 fn run_one(g: &Graph, name: &str, budget: u64, options: &SolveOptions, label: &str) -> Result<Row> {
     let s = strategy_by_name(name)?;
+    checkmate_solver::reset_peak_resident();
     let t0 = Instant::now();
-    let row = match solve(g, s.as_ref(), budget, options) {
+    let mut row = match solve(g, s.as_ref(), budget, options) {
         Ok(sol) => Row {
             strategy: label.to_string(),
             status: sol.status.to_string(),
             cost: sol.cost(),
             lower_bound: sol.lower_bound,
             seconds: sol.solve_seconds,
+            peak_rss: None,
         },
         Err(e @ (Error::BudgetTooSmall { .. } | Error::NoPlanFound { .. })) => Row {
             strategy: label.to_string(),
@@ -138,6 +150,7 @@ fn run_one(g: &Graph, name: &str, budget: u64, options: &SolveOptions, label: &s
             cost: None,
             lower_bound: None,
             seconds: t0.elapsed().as_secs_f64(),
+            peak_rss: None,
         },
         Err(Error::NotApplicable { .. }) => Row {
             strategy: label.to_string(),
@@ -145,6 +158,7 @@ fn run_one(g: &Graph, name: &str, budget: u64, options: &SolveOptions, label: &s
             cost: None,
             lower_bound: None,
             seconds: t0.elapsed().as_secs_f64(),
+            peak_rss: None,
         },
         Err(e) => Row {
             strategy: label.to_string(),
@@ -152,14 +166,17 @@ fn run_one(g: &Graph, name: &str, budget: u64, options: &SolveOptions, label: &s
             cost: None,
             lower_bound: None,
             seconds: t0.elapsed().as_secs_f64(),
+            peak_rss: None,
         },
     };
+    row.peak_rss = checkmate_solver::peak_resident_bytes();
     eprintln!(
-        "  {label:<16} {:<10} cost {:>14} lb {:>14} {:>8.2}s",
+        "  {label:<16} {:<10} cost {:>14} lb {:>14} {:>8.2}s {:>6} MiB",
         row.status,
         row.cost.map_or("-".into(), |c| format!("{c:.1}")),
         row.lower_bound.map_or("-".into(), |c| format!("{c:.1}")),
-        row.seconds
+        row.seconds,
+        rss_cell(row.peak_rss)
     );
     Ok(row)
 }
@@ -445,7 +462,7 @@ pub fn run(args: &[String]) -> Result<()> {
         )?;
         writeln!(
             tables,
-            "| budget | strategy | status | cost | cost / optimal | lower bound | seconds |\n|---|---|---|---|---|---|---|"
+            "| budget | strategy | status | cost | cost / optimal | lower bound | seconds | peak RSS (MiB) |\n|---|---|---|---|---|---|---|---|"
         )?;
         for &frac in &a.budgets {
             let budget = budget_at(lf, all, frac);
@@ -538,13 +555,14 @@ pub fn run(args: &[String]) -> Result<()> {
                 }
                 writeln!(
                     tables,
-                    "| LF+{:.0}% ({budget}) | {} | {} | {} | {ratio} | {} | {:.2} |",
+                    "| LF+{:.0}% ({budget}) | {} | {} | {} | {ratio} | {} | {:.2} | {} |",
                     frac * 100.0,
                     r.strategy,
                     r.status,
                     r.cost.map_or("-".into(), |c| format!("{c:.1}")),
                     r.lower_bound.map_or("-".into(), |c| format!("{c:.1}")),
-                    r.seconds
+                    r.seconds,
+                    rss_cell(r.peak_rss)
                 )?;
             }
         }
@@ -559,7 +577,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "Budgets as above: the least feasible budget found (LF; above 600 nodes without the min-peak MILP, \
              so its lower bound is the single-compute floor) plus 10/30/50% of the way to the checkpoint-all \
              peak; `lp-round` with its default time limit.\n\n| graph | nodes | LF (B) | budget | status | cost | \
-             cost / checkpoint-all cost | lower bound | seconds |\n|---|---|---|---|---|---|---|---|---|"
+             cost / checkpoint-all cost | lower bound | seconds | peak RSS (MiB) |\n|---|---|---|---|---|---|---|---|---|---|"
         )?;
         let mut largest: Vec<String> = Vec::new();
         for (name, g) in graphs {
@@ -591,7 +609,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 }
                 writeln!(
                     tables,
-                    "| {name} | {} | {} | LF+{:.0}% ({budget}) | {} | {} | {} | {} | {:.2} |",
+                    "| {name} | {} | {} | LF+{:.0}% ({budget}) | {} | {} | {} | {} | {:.2} | {} |",
                     g.len(),
                     lfr.bytes,
                     frac * 100.0,
@@ -600,7 +618,8 @@ pub fn run(args: &[String]) -> Result<()> {
                     row.cost
                         .map_or("-".into(), |c| format!("{:.3}", c / g.total_cost())),
                     row.lower_bound.map_or("-".into(), |c| format!("{c:.1}")),
-                    row.seconds
+                    row.seconds,
+                    rss_cell(row.peak_rss)
                 )?;
             }
             write_out(&sm, &tables, false)?;

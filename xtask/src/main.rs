@@ -6,6 +6,8 @@
 #[cfg(feature = "bench")]
 mod bench_generated;
 #[cfg(feature = "bench")]
+mod bench_limits;
+#[cfg(feature = "bench")]
 mod bench_memory;
 #[cfg(feature = "bench")]
 mod bench_plots;
@@ -29,6 +31,8 @@ commands:
                      [--graphs N] (lp-round vs milp on our own random graphs); memory
                      [--models a,b] [--batches 2,4] [--strategies ..] [--budgets 100,80,60,40]
                      (training steps' heap vs budget and prediction, docs/MEMORY_BENCH.md);
+                     limits [--limits 10,30] (solves' wall time and peak RSS against their
+                     limits, docs/LIMITS_BENCH.md);
                      results-solver
                      (the same with short limits, for docs/RESULTS.md), frontier, plan, max-batch,
                      train,
@@ -241,12 +245,13 @@ fn bench_parts(part: &str, rest: &[String]) -> Result<()> {
     match part {
         "solver" => bench_solver::run(&rest[1..]),
         "generated" => bench_generated::run(&rest[1..]),
+        "limits" => bench_limits::run(&rest[1..]),
         "memory" => bench_memory::run(&rest[1..]),
         p if bench_results::PARTS.contains(&p) => bench_results::run(p, &rest[1..]),
         "all" => bench_results::run("results", rest),
         p if p.starts_with("--") => bench_results::run("results", rest),
         other => bail!(
-            "unknown bench part {other:?}; known: simulator, solver, generated, memory, {}",
+            "unknown bench part {other:?}; known: simulator, solver, generated, limits, memory, {}",
             bench_results::PARTS.join(", ")
         ),
     }

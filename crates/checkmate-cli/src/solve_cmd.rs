@@ -77,6 +77,7 @@ pub fn run(args: SolveArgs) -> Result<()> {
                     "proven_lower_bound_bytes": total(proven_floor),
                     "budget_bytes": budget.total_bytes,
                     "cost": null, "lower_bound": null, "peak_bytes": null,
+                    "peak_resident_bytes": checkmate_solver::peak_resident_bytes(),
                 }));
             }
             return Err(e.into());
@@ -112,10 +113,15 @@ pub fn run(args: SolveArgs) -> Result<()> {
             "overhead": sim.map(|s| s.overhead(&graph)),
             "computes": sim.map(|s| s.computes),
             "solve_seconds": solution.solve_seconds,
+            "peak_resident_bytes": checkmate_solver::peak_resident_bytes(),
             "limit": solution.limit.map(|l| match l {
                 Limit::Time => json!({"kind": "time"}),
                 Limit::Memory { model_bytes, limit_bytes } => json!({
                     "kind": "memory", "model_bytes": model_bytes, "limit_bytes": limit_bytes,
+                }),
+                Limit::Startup { startup_seconds, limit_seconds } => json!({
+                    "kind": "startup", "startup_seconds": startup_seconds,
+                    "limit_seconds": limit_seconds,
                 }),
             }),
             "plan_out": args.plan_out.as_ref().map(|p| p.display().to_string()),
@@ -149,6 +155,12 @@ pub fn run(args: SolveArgs) -> Result<()> {
             println!("lower bound  {lb}");
         }
         println!("solve time   {:.3} s", solution.solve_seconds);
+        if let Some(rss) = checkmate_solver::peak_resident_bytes() {
+            println!(
+                "memory       {} peak resident (the whole process)",
+                format_bytes(rss)
+            );
+        }
         if let Some(l) = solution.limit {
             println!("stopped by   {l}");
         }

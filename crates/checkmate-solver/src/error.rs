@@ -36,12 +36,13 @@ pub enum Error {
     /// at or above the proven floor, so another strategy, a longer time limit or a larger budget
     /// may find one.
     #[error(
-        "{strategy} found no plan within {budget_bytes} activation bytes (total {} with static memory){}; this does not prove that none exists (no plan can fit in less than {proven_floor_bytes} bytes, which the budget is above): try --strategy milp, a longer --time-limit, or a larger budget",
+        "{strategy} found no plan within {budget_bytes} activation bytes (total {} with static memory){}; this does not prove that none exists (no plan can fit in less than {proven_floor_bytes} bytes, which the budget is above): try {}a longer --time-limit, or a larger budget",
         budget_bytes + static_bytes,
         match least_feasible_bytes {
             Some(l) => format!("; the least activation budget at which {strategy} finds one is {l} bytes (total {} with static memory)", l + static_bytes),
             None => String::new(),
-        }
+        },
+        if strategy == "milp" { "" } else { "--strategy milp, " }
     )]
     NoPlanFound {
         /// The strategy asked.

@@ -126,6 +126,23 @@ pub fn default_solver_memory() -> u64 {
         .unwrap_or(4 << 30)
 }
 
+/// The process's peak resident memory (`VmHWM` in `/proc/self/status`) since it started or since
+/// the last [`reset_peak_resident`]; `None` where the OS does not report it. What the
+/// out-of-memory killer judges, so what `checkmate solve --json` and the solver benchmarks report
+/// beside a solve's time.
+pub fn peak_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Starts a new [`peak_resident_bytes`] from the memory resident now (Linux 4.0+: writes `5` to
+/// `/proc/self/clear_refs`); `false` where that is not possible.
+pub fn reset_peak_resident() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
 /// Which limit ended a solve before the strategy was done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
@@ -138,6 +155,15 @@ pub enum Limit {
         model_bytes: u64,
         /// The memory limit it was compared with.
         limit_bytes: u64,
+    },
+    /// HiGHS's start-up on the exact model, which does not stop at the time limit, would take
+    /// about `startup_seconds` (estimated from its size), more than the time limit allows: the
+    /// model was not built, and the plan comes from the paths that keep to the limit.
+    Startup {
+        /// Estimated seconds before HiGHS checks the time limit on this model.
+        startup_seconds: u64,
+        /// The time limit, seconds.
+        limit_seconds: u64,
     },
 }
 
@@ -154,6 +180,14 @@ impl fmt::Display for Limit {
                  (--solver-memory); it was not built",
                 checkmate_graph::format_bytes(*model_bytes),
                 checkmate_graph::format_bytes(*limit_bytes)
+            ),
+            Limit::Startup {
+                startup_seconds,
+                limit_seconds,
+            } => write!(
+                f,
+                "the time limit: HiGHS would need about {startup_seconds} s to start on the exact \
+                 model, more than the {limit_seconds} s allowed (--time-limit); it was not built"
             ),
         }
     }

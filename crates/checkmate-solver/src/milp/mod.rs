@@ -98,12 +98,15 @@ pub(crate) fn best_heuristic(
 
 /// `lp-round`'s plan (without its fixed-keep MILP) as an incumbent, and its LP bound, given at
 /// most a quarter of the time limit (half when it skips its LP: near the least feasible budget
-/// its repair descent then needs the time, and on such graphs the MILP rarely proves anything).
+/// its repair descent then needs the time, and on such graphs the MILP rarely proves anything;
+/// 90% and its whole search, swaps and restricted MILPs included, when it is `alone`: no exact
+/// model follows).
 fn lp_round_incumbent(
     graph: &Graph,
     budget: u64,
     options: &SolveOptions,
     start: Instant,
+    alone: bool,
 ) -> (Option<Incumbent>, Option<f64>) {
     let mut opts = options.clone();
     let share = |f: f64| {
@@ -111,14 +114,14 @@ fn lp_round_incumbent(
             .time_limit
             .map(|l| l.mul_f64(f).saturating_sub(start.elapsed()))
     };
-    opts.time_limit = share(0.25);
-    if !crate::lp_round::lp_attempted(graph, &opts) {
+    opts.time_limit = share(if alone { 0.9 } else { 0.25 });
+    if !alone && !crate::lp_round::lp_attempted(graph, &opts) {
         opts.time_limit = share(0.5);
     }
     if opts.time_limit.is_some_and(|l| l.is_zero()) {
         return (None, None);
     }
-    let Ok(out) = crate::lp_round::plan_lp_round(graph, budget, &opts, false) else {
+    let Ok(out) = crate::lp_round::plan_lp_round(graph, budget, &opts, alone) else {
         return (None, None);
     };
     let inc = out.plan.and_then(|plan| {
@@ -143,6 +146,22 @@ pub(crate) fn model_over_memory(
     (need > limit).then_some(Limit::Memory {
         model_bytes: need,
         limit_bytes: limit,
+    })
+}
+
+/// [`Limit::Startup`] when HiGHS's start-up on the MILP of `graph` (estimated from its size,
+/// [`model::estimate`]) would outlast the options' time limit by more than a few seconds: the
+/// model is then not built (a 1001-node training chain took 122 s under a 10 s limit).
+pub(crate) fn model_too_slow(
+    graph: &Graph,
+    formulation: Formulation,
+    options: &SolveOptions,
+) -> Option<Limit> {
+    let limit = options.time_limit?;
+    let size = model::estimate(graph, formulation, true);
+    run::starts_too_slowly(size.nonzeros, limit).then(|| Limit::Startup {
+        startup_seconds: run::startup_seconds_for(size.nonzeros).ceil() as u64,
+        limit_seconds: limit.as_secs_f64().ceil() as u64,
     })
 }
 
@@ -488,12 +507,15 @@ impl Strategy for Milp {
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
         let start = Instant::now();
-        if let Some(limit) = model_over_memory(graph, options.formulation, true, options) {
-            // The exact model would not fit: the memory-cheap paths only, no bound. lp-round
-            // (which skips its LP too) starts from the best baseline and only improves it; the
-            // baselines alone when it had no time.
+        let skip = model_over_memory(graph, options.formulation, true, options)
+            .or_else(|| model_too_slow(graph, options.formulation, options));
+        if let Some(limit) = skip {
+            // The exact model would not fit in memory or not start in time: the paths that keep
+            // to the limits only, no bound. lp-round (which skips its LP too) starts from the
+            // best baseline and only improves it, with most of the time; the baselines alone
+            // when it had no time.
             tracing::info!(%limit, "milp: not building the exact model");
-            let inc = lp_round_incumbent(graph, budget_bytes, options, start)
+            let inc = lp_round_incumbent(graph, budget_bytes, options, start, true)
                 .0
                 .or_else(|| best_heuristic(graph, budget_bytes, options));
             return Ok(Outcome {
@@ -514,7 +536,7 @@ impl Strategy for Milp {
         };
         let mut lp_bound = None;
         if options.warm_start && options.formulation == Formulation::Fast {
-            let (inc, bound) = lp_round_incumbent(graph, budget_bytes, options, start);
+            let (inc, bound) = lp_round_incumbent(graph, budget_bytes, options, start, false);
             lp_bound = bound;
             if let Some(inc) = inc {
                 if incumbent.as_ref().map_or(true, |b| inc.cost < b.cost) {
