@@ -424,6 +424,18 @@ pub(crate) fn plan_lp_round(
                 best = Some(b);
             }
         }
+        // Iterated local search from the best plan (half the time left, less when it stalls).
+        if let Some(b) = best.take() {
+            best = Some(if settled(&b) {
+                b
+            } else {
+                let now = Instant::now();
+                let until = now + deadline.saturating_duration_since(now) / 2;
+                let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x15);
+                let b = repair::iterated(graph, b, budget_bytes, until, &mut rng);
+                without_unused_keeps(graph, b, budget_bytes)
+            });
+        }
     }
     // Restricted MILPs, each kept only when it is cheaper than the best plan (and then improved
     // by local search): while no plan fits, the LP at the full budget with its integral keeps
@@ -596,7 +608,12 @@ fn fix_and_solve(
             ColKind::S(t, i) => {
                 model.col_int[c] = true;
                 let v = x[c];
-                let kept = agree.map(|k| k[t as usize].contains(i as usize));
+                // The warm start's keep where there is one: it is the plan without its unused
+                // keeps, and a fixing it violates makes HiGHS drop it.
+                let kept = agree.map(|k| match &warm_start {
+                    Some(w) => w[c] > 0.5,
+                    None => k[t as usize].contains(i as usize),
+                });
                 if v <= 1e-6 && kept != Some(true) {
                     model.col_hi[c] = 0.0;
                 } else if v >= 1.0 - 1e-6 && kept != Some(false) {
