@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use checkmate_graph::generate::{random_layered, with_backward, LayeredParams};
-use checkmate_graph::{Graph, NodeKind, NodeSpec};
+use checkmate_graph::Graph;
 
 /// How far past its time limit a solve may end and still count as keeping to it.
 const OVERRUN_ALLOWED: f64 = 5.0;
@@ -55,18 +55,7 @@ fn parse(args: &[String]) -> Result<Args> {
 
 /// A forward chain of `n` nodes, 10 bytes and cost 1 each.
 fn chain(n: usize) -> Result<Graph> {
-    let nodes = (0..n)
-        .map(|i| NodeSpec {
-            id: i as u64,
-            name: format!("n{i}"),
-            kind: NodeKind::Forward,
-            cost: 1.0,
-            bytes: 10,
-            workspace_bytes: 0,
-            deps: if i > 0 { vec![i as u64 - 1] } else { vec![] },
-        })
-        .collect();
-    Ok(Graph::new(format!("chain{n}"), "flops", 0, nodes)?)
+    Ok(checkmate_graph::generate::chain(n, 10)?)
 }
 
 /// What one `checkmate solve --json` process did.

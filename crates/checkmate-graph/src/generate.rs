@@ -223,6 +223,24 @@ pub fn random_layered(params: &LayeredParams, seed: u64) -> Result<Graph> {
     Graph::new(format!("{}_s{seed}", params.name()), "duration", 0, specs)
 }
 
+/// A forward chain of `nodes` nodes named `n0, n1, ...`, each reading the one before it, costing 1
+/// and holding `bytes` (graph name `chain<nodes>`, cost unit `flops`). With [`with_backward`], the
+/// training graph of a chain; both are the long-graph cases of the solver's limits.
+pub fn chain(nodes: usize, bytes: u64) -> Result<Graph> {
+    let specs = (0..nodes)
+        .map(|i| NodeSpec {
+            id: i as u64,
+            name: format!("n{i}"),
+            kind: NodeKind::Forward,
+            cost: 1.0,
+            bytes,
+            workspace_bytes: 0,
+            deps: if i > 0 { vec![i as u64 - 1] } else { vec![] },
+        })
+        .collect();
+    Graph::new(format!("chain{nodes}"), "flops", 0, specs)
+}
+
 /// The training graph of a forward-only DAG: `forward` as is, then a loss node that reads every
 /// node nothing reads (its bytes: the smallest forward output, cost: 1), then one backward node
 /// per forward node, in reverse order, that reads what a gradient rule needs: the node's output,

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use checkmate_graph::generate::{random_layered, LayeredParams};
-use checkmate_graph::{Graph, NodeKind, NodeSpec};
+use checkmate_graph::Graph;
 use checkmate_solver::{solve, strategy_by_name, Limit, SolveOptions};
 
 struct Counting;
@@ -44,18 +44,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const SLACK: usize = 8 << 20;
 
 fn chain(n: usize) -> Graph {
-    let nodes = (0..n)
-        .map(|i| NodeSpec {
-            id: i as u64,
-            name: format!("n{i}"),
-            kind: NodeKind::Forward,
-            cost: 1.0,
-            bytes: 100,
-            workspace_bytes: 0,
-            deps: if i > 0 { vec![i as u64 - 1] } else { vec![] },
-        })
-        .collect();
-    Graph::new("chain", "flops", 0, nodes).unwrap()
+    checkmate_graph::generate::chain(n, 100).unwrap()
 }
 
 /// Solves with a small memory limit and checks the plan, the reason and the heap's peak: at most
