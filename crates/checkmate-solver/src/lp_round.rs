@@ -424,13 +424,15 @@ pub(crate) fn plan_lp_round(
                 best = Some(b);
             }
         }
-        // Iterated local search from the best plan (half the time left, less when it stalls).
+        // Iterated local search from the best plan (a quarter of the time left, less when it
+        // stalls; the restricted MILPs and the exact polish that follow need the rest: on our
+        // seed-6 graph the polish reaches the optimum that the search does not).
         if let Some(b) = best.take() {
             best = Some(if settled(&b) {
                 b
             } else {
                 let now = Instant::now();
-                let until = now + deadline.saturating_duration_since(now) / 2;
+                let until = now + deadline.saturating_duration_since(now) / 4;
                 let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x15);
                 let b = repair::iterated(graph, b, budget_bytes, until, &mut rng);
                 without_unused_keeps(graph, b, budget_bytes)
