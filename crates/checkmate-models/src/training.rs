@@ -295,7 +295,15 @@ impl Network {
                 matches!(l.op, Op::Conv2d(_) | Op::ConvTranspose2d(_) | Op::Dense(_))
                     && l.op.activation() != Activation::Linear
                     && !masked_in_kernel;
-            let upstream_temp = upstream.len() > 1 || fused_activation || feeds_loss;
+            // A standalone softmax that is the prediction (the loss reads probabilities) gets
+            // its input gradient from the loss directly, `p - onehot`, formed as its output: no
+            // temporary beside it.
+            let loss_grad_is_output = feeds_loss
+                && upstream.len() == 1
+                && matches!(l.op, Op::Activation(_))
+                && !loss.from_logits;
+            let upstream_temp =
+                (upstream.len() > 1 || fused_activation || feeds_loss) && !loss_grad_is_output;
             let cost =
                 l.op.backward_flops(&l.input_types, &l.output.shape, any_input_grad)
                     + (upstream.len().saturating_sub(1)) as f64 * out_elems
