@@ -402,9 +402,14 @@ pub(crate) fn plan_lp_round(
         optima.push(without_unused_keeps(graph, b, budget_bytes));
     }
     let mut best = cheapest(&optima).cloned();
-    // Whether `b` is proven optimal (within the MIP gap) by the LP bound: nothing left to gain.
-    let settled =
-        |b: &Judged| lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap));
+    // Whether `b` is proven optimal: within the MIP gap of the LP bound, or computing every
+    // node once (no plan costs less; on long chains, where the LP is skipped, the iterated search
+    // spent seconds on such plans).
+    let all_once = graph.total_cost();
+    let settled = |b: &Judged| {
+        b.cost <= all_once * (1.0 + 1e-12)
+            || lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
+    };
     // Swaps from the distinct local optima, cheapest first: keep a recomputed tensor and repair
     // the excess elsewhere (a third of the time left in all; on random layered graphs at tight
     // budgets the repaired plans were 10-30% above the optimum, and the LP too weak to guide the
