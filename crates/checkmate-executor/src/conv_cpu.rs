@@ -504,7 +504,8 @@ pub fn masked_elems(geo: &Geom, elem: usize) -> usize {
 
 /// Gradients of the convolution from the gradient `dy` of its output: `(dx, dW)`, `dx` only
 /// when `need_dx`, `dW` only when `need_dw` (a recomputed backward node's kernel gradient is
-/// not needed again: skipping it saves its allocation and its products). Scratch: one chunk buffer (windows, then their gradients) and gemm's packing.
+/// not needed again: skipping it saves its allocation and its products). Scratch: one chunk
+/// buffer (windows, then their gradients) and gemm's packing.
 pub fn backward(
     x: &Tensor,
     w: &Tensor,

@@ -332,7 +332,6 @@ fn max_and_exp_sum(len: usize, v: impl Fn(usize) -> f64) -> (f64, f64) {
     (m, (0..len).map(|k| (v(k) - m).exp()).sum())
 }
 
-/// Labels as `usize`, each checked against `classes`.
 /// Runs `f` on the `u32` labels in place, after checking that each is a class index (below
 /// `classes`). No copy: the labels were a per-pixel `usize` vector, twice their own size, that the
 /// loss nodes' memory did not model (0.34 MiB for FCN8 at 64x64, batch 4).

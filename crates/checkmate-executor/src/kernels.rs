@@ -432,15 +432,18 @@ pub fn conv2d_backward(
     let p = c.padding_for([h, wd]);
     let xp = pad2d(x, p)?;
     let (hp, wp) = (h + p[0] + p[1], wd + p[2] + p[3]);
-    // dW[o, (i,a,b)] = sum_{(n,y,x)} g[n,o,y,x] xp[n,i,s*y+a,s*x+b]: one matrix product with the
-    // unfolded input windows.
-    let cols = unfold(&xp, kh, kw, s, oh, ow)?;
     let g2 = g
         .permute((0, 2, 3, 1))?
         .contiguous()?
         .reshape((n * oh * ow, cout))?;
-    let dw = g2.t()?.matmul(&cols)?.reshape((cout, cin, kh, kw))?;
-    drop(cols);
+    // dW[o, (i,a,b)] = sum_{(n,y,x)} g[n,o,y,x] xp[n,i,s*y+a,s*x+b]: one matrix product with the
+    // unfolded input windows (formed only when dW is wanted).
+    let dw = if need_dw {
+        let cols = unfold(&xp, kh, kw, s, oh, ow)?;
+        Some(g2.t()?.matmul(&cols)?.reshape((cout, cin, kh, kw))?)
+    } else {
+        None
+    };
     let dx = if !need_dx {
         None
     } else if s == 1 && kh * kw > 1 && h * wd > GEMM_MAX_POSITIONS {
@@ -469,7 +472,7 @@ pub fn conv2d_backward(
         };
         Some(crop2d(&fold(&dcols, &geo)?, p)?)
     };
-    Ok((dx, need_dw.then_some(dw), db))
+    Ok((dx, dw, db))
 }
 
 /// [`conv2d_backward`] of a convolution followed by ReLU, from the gradient `g` of the ReLU's
@@ -692,8 +695,9 @@ fn transposed_geom(
 }
 
 /// Gradients of a transposed convolution from the gradient `g` of its pre-activation output:
-/// `(dx, dW, db)`, `dx` only when `need_dx`, `dW` only when `need_dw`. The input gradient is a strided convolution of the (uncropped) gradient with the
-/// kernel; the kernel gradient a convolution over the batch axis dilated by the stride.
+/// `(dx, dW, db)`, `dx` only when `need_dx`, `dW` only when `need_dw`. The input gradient is a
+/// strided convolution of the (uncropped) gradient with the kernel; the kernel gradient a
+/// convolution over the batch axis dilated by the stride.
 pub fn conv_transpose2d_backward(
     x: &Tensor,
     w: &Tensor,
@@ -720,18 +724,23 @@ pub fn conv_transpose2d_backward(
     }
     let g_full = pad2d(g, c.crop_for())?;
     // dW[i,o,a,b] = sum_{n,y,x} x[n,i,y,x] g_full[n,o,s*y+a,s*x+b]
-    let gt = g_full.transpose(0, 1)?.contiguous()?;
-    let xt = x.transpose(0, 1)?.contiguous()?;
-    let dw = gt
-        .conv2d(&xt, 0, 1, s, 1)?
-        .transpose(0, 1)?
-        .force_contiguous()?;
+    let dw = if need_dw {
+        let gt = g_full.transpose(0, 1)?.contiguous()?;
+        let xt = x.transpose(0, 1)?.contiguous()?;
+        Some(
+            gt.conv2d(&xt, 0, 1, s, 1)?
+                .transpose(0, 1)?
+                .force_contiguous()?,
+        )
+    } else {
+        None
+    };
     let dx = if need_dx {
         Some(g_full.conv2d(&w.contiguous()?, 0, s, 1, 1)?)
     } else {
         None
     };
-    Ok((dx, need_dw.then_some(dw), db))
+    Ok((dx, dw, db))
 }
 
 fn to_f64_vec(t: &Tensor) -> Result<Vec<f64>> {

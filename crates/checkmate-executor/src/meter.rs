@@ -148,11 +148,6 @@ pub mod cuda_pool {
             Ok(Some(pool))
         }
 
-        /// The candle stream whose context owns the pool.
-        pub fn stream(&self) -> &Arc<CudaStream> {
-            &self.stream
-        }
-
         fn handle(&self) -> Result<sys::CUmemoryPool> {
             let ctx = self.stream.context();
             ctx.bind_to_thread()

@@ -53,6 +53,19 @@ fn run_of(keeps: &[FixedBitSet], i: usize, t: usize) -> Option<(usize, usize)> {
     Some((a, b))
 }
 
+/// The move that keeps `i` from its previous compute instead of recomputing it in stage `t`:
+/// `(i, a, t)` with `a` the stage after that compute, when stage `t` recomputes `i` (computes it
+/// without keeping it, `i < t`) and an earlier stage computed it.
+fn keep_instead(cur: &Judged, i: usize, t: usize) -> Option<(usize, usize, usize)> {
+    if i >= t || !cur.schedule.computes(t).contains(i) || cur.schedule.keeps(t).contains(i) {
+        return None;
+    }
+    let a = (0..t)
+        .rev()
+        .find(|&a| cur.schedule.computes(a).contains(i))?;
+    Some((i, a + 1, t))
+}
+
 /// The step of the highest moment (live bytes plus workspace after a compute).
 fn peak_step(graph: &Graph, cur: &Judged) -> Option<usize> {
     let sim = checkmate_graph::simulate(graph, &cur.plan).ok()?;
@@ -92,15 +105,8 @@ pub(crate) fn repair(
         // A peak inside a stage can also come from what the stage recomputes (a chain of
         // ancestors live together): keeping a recomputed tensor from its previous compute
         // instead removes that recomputation (and the ancestors it needed) from the stage.
-        let mut adds: Vec<(usize, usize, usize)> = Vec::new();
-        for i in cur.schedule.computes(t).ones().filter(|&i| i < t) {
-            if cur.schedule.keeps(t).contains(i) {
-                continue;
-            }
-            if let Some(a) = (0..t).rev().find(|&a| cur.schedule.computes(a).contains(i)) {
-                adds.push((i, a + 1, t));
-            }
-        }
+        let adds: Vec<(usize, usize, usize)> =
+            (0..t).filter_map(|i| keep_instead(&cur, i, t)).collect();
         let mut best_fit: Option<Judged> = None;
         let mut best_ratio: Option<(f64, Judged)> = None;
         let candidates = moves
@@ -170,15 +176,11 @@ fn search(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant, swap: 
                 if Instant::now() >= deadline {
                     return cur;
                 }
-                if !cur.schedule.computes(t).contains(i) || cur.schedule.keeps(t).contains(i) {
-                    continue;
-                }
-                // The last stage before t that computed i.
-                let Some(a) = (0..t).rev().find(|&a| cur.schedule.computes(a).contains(i)) else {
+                let Some((_, a, _)) = keep_instead(&cur, i, t) else {
                     continue;
                 };
                 let mut keeps = cur.keeps.clone();
-                for row in &mut keeps[a + 1..=t] {
+                for row in &mut keeps[a..=t] {
                     row.insert(i);
                 }
                 let Some(mut j) = Judged::of(graph, keeps, budget) else {
@@ -257,20 +259,9 @@ pub(crate) fn iterated(
             }
         } else {
             // Keep a recomputed tensor from its previous compute instead of recomputing it.
+            let cur = &cur;
             let recomputed: Vec<(usize, usize, usize)> = (1..n)
-                .flat_map(|t| {
-                    let cur = &cur;
-                    cur.schedule
-                        .computes(t)
-                        .ones()
-                        .filter(move |&i| i < t && !cur.schedule.keeps(t).contains(i))
-                        .filter_map(move |i| {
-                            (0..t)
-                                .rev()
-                                .find(|&a| cur.schedule.computes(a).contains(i))
-                                .map(|a| (i, a + 1, t))
-                        })
-                })
+                .flat_map(|t| (0..t).filter_map(move |i| keep_instead(cur, i, t)))
                 .collect();
             if recomputed.is_empty() {
                 break;

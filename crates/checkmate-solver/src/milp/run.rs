@@ -65,30 +65,25 @@ const LARGE_ROWS: usize = 300_000;
 /// A time limit long enough for presolve on a large model.
 const PRESOLVE_LIMIT: Duration = Duration::from_secs(60);
 /// HiGHS's MIP start-up that does not stop at the time limit, per non-zero of the model (see
-/// [`startup_seconds`]).
+/// [`startup_seconds_for`]).
 const STARTUP_SECONDS_PER_NONZERO: f64 = 7e-6;
 /// ... and its fixed part.
 const STARTUP_SECONDS: f64 = 0.5;
 /// How far past its time limit a solve may end (the "within a few seconds").
 const OVERRUN_ALLOWED: Duration = Duration::from_secs(3);
 
-/// Seconds HiGHS needs before it checks the time limit reliably on the MILP `model`: passing the
-/// model in, its set-up (symmetry detection, clique table), the feasibility-jump heuristic and the
-/// first phase of the root node, none of which stops at the limit. Measured on the 2-core
-/// development machine with the defaults of [`run`] (docs/FORMULATION.md, "Time"): training chains
-/// of 301-1001 nodes (1.3M-14.7M non-zeros) took 4.1-81 s to HiGHS's first progress line,
-/// 3.1-5.5 us per non-zero; ResNet50 (1.9M) 5.0 s, MobileNet (0.48M) 3.3 s.
-fn startup_seconds(model: &Model) -> f64 {
-    startup_seconds_for(model.row_idx.len() as u64)
-}
-
-/// [`startup_seconds`] of a MILP with `nonzeros` non-zeros.
+/// Seconds HiGHS needs before it checks the time limit reliably on a MILP with `nonzeros`
+/// non-zeros: passing the model in, its set-up (symmetry detection, clique table), the
+/// feasibility-jump heuristic and the first phase of the root node, none of which stops at the
+/// limit. Measured on the 2-core development machine with the defaults of [`run`]
+/// (docs/FORMULATION.md, "Time limits"): 0.5 s for SegNet (80k non-zeros) to 81 s for a 1001-node
+/// training chain (14.7M), 2.6-6.9 us per non-zero.
 pub(crate) fn startup_seconds_for(nonzeros: u64) -> f64 {
     STARTUP_SECONDS + STARTUP_SECONDS_PER_NONZERO * nonzeros as f64
 }
 
 /// Whether a MILP with `nonzeros` non-zeros started with `left` of its time limit would end more
-/// than [`OVERRUN_ALLOWED`] after it ([`startup_seconds`]).
+/// than [`OVERRUN_ALLOWED`] after it ([`startup_seconds_for`]).
 pub(crate) fn starts_too_slowly(nonzeros: u64, left: Duration) -> bool {
     startup_seconds_for(nonzeros) > (left + OVERRUN_ALLOWED).as_secs_f64()
 }
@@ -114,8 +109,8 @@ pub(crate) fn starts_too_slowly(nonzeros: u64, left: Duration) -> bool {
 /// [`PRESOLVE_LIMIT`] presolve is off (such solves prove nothing in that time either way; the
 /// warm start is what they return).
 ///
-/// A MILP whose start-up ([`startup_seconds`]) would end more than [`OVERRUN_ALLOWED`] after the
-/// time limit is not passed to HiGHS at all: the run ends at once with
+/// A MILP whose start-up ([`startup_seconds_for`]) would end more than [`OVERRUN_ALLOWED`] after
+/// the time limit is not passed to HiGHS at all: the run ends at once with
 /// [`RunStatus::TimeLimit`] and no solution, and the caller keeps its incumbent (a 1001-node
 /// training chain under a 10 s limit ran for 122 s inside HiGHS, 8.9 GB resident).
 pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
@@ -123,13 +118,13 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
     let _guard = HIGHS_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(limit) = opts.time_limit {
         let left = limit.saturating_sub(start.elapsed());
-        let startup = startup_seconds(model);
-        if model.col_int.iter().any(|&b| b) && starts_too_slowly(model.row_idx.len() as u64, left) {
+        let nonzeros = model.row_idx.len() as u64;
+        if model.col_int.iter().any(|&b| b) && starts_too_slowly(nonzeros, left) {
             tracing::info!(
                 strategy = opts.strategy,
-                nonzeros = model.row_idx.len(),
-                startup_seconds = startup,
-                seconds_left = limit.saturating_sub(start.elapsed()).as_secs_f64(),
+                nonzeros,
+                startup_seconds = startup_seconds_for(nonzeros),
+                seconds_left = left.as_secs_f64(),
                 "not passing the MILP to HiGHS: its start-up would outlast the time limit"
             );
             return Ok(RunResult {
