@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use checkmate_graph::{Budget, Graph};
 use checkmate_models::{
-    build_training_graph, Costs, ImageSize, ModelConfig, Optimizer, TrainingConfig,
+    build_training_graph, Costs, Granularity, ImageSize, ModelConfig, Optimizer, TrainingConfig,
 };
 use checkmate_solver::baselines::CheckpointAll;
 use checkmate_solver::{Formulation, SolveOptions};
@@ -65,6 +65,16 @@ pub struct ModelArgs {
     /// accounting; docs/MODELS.md).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub workspace: bool,
+    /// Training-graph nodes: `layer` (one forward and one backward node per layer, Checkmate's
+    /// graphs) or `op` (operator level: ReLU masks and pooling indices saved compactly, parameter
+    /// gradients apart from input gradients; docs/OP_GRAPHS.md). Default: `layer` for `graph`,
+    /// `solve`, `sweep` and `profile`; `op` for `train` and `max-batch`.
+    #[arg(long, value_parser = parse_granularity)]
+    pub granularity: Option<Granularity>,
+}
+
+fn parse_granularity(s: &str) -> std::result::Result<Granularity, String> {
+    s.parse()
 }
 
 /// `--optimizer` values.
@@ -128,6 +138,7 @@ impl ModelArgs {
             costs: Costs::from_arg(&self.costs)
                 .with_context(|| format!("cannot use --costs {}", self.costs))?,
             workspace: self.workspace,
+            granularity: self.granularity.unwrap_or_default(),
         })
     }
 

@@ -366,22 +366,53 @@ pub fn forward(
     }
 }
 
-/// Upstream-gradient rows of one chunk: `dY` itself, or `dY` masked by `y > 0` (a fused ReLU)
-/// copied into a buffer of `opg * rows` elements.
+/// Where a fused ReLU passes the gradient: from its output (`y > 0`) or from a packed bit mask
+/// (operator-level graphs, [`crate::saved_cpu`]).
+#[derive(Debug, Clone, Copy)]
+pub enum ReluMask<'a> {
+    /// The ReLU's output.
+    Output(&'a Tensor),
+    /// One bit per output element ([`crate::saved_cpu::activation_mask`]).
+    Bits(&'a Tensor),
+}
+
+/// A [`ReluMask`]'s elements.
+enum MaskSlice<'a, T> {
+    Values(&'a [T]),
+    Bits(&'a [u8]),
+}
+
+impl<T: WithDType> MaskSlice<'_, T> {
+    #[inline]
+    fn passes(&self, i: usize) -> bool {
+        match self {
+            MaskSlice::Values(y) => y[i] > T::from_f64(0.0),
+            MaskSlice::Bits(b) => crate::saved_cpu::bit(b, i),
+        }
+    }
+}
+
+/// Upstream-gradient rows of one chunk: `dY` itself, or `dY` masked by a fused ReLU (`at` is the
+/// index of `gy[0]` in the whole gradient) copied into a buffer of `opg * rows` elements.
 fn masked_rows<'a, T: WithDType>(
     gy: &'a [T],
-    mask: Option<&[T]>,
+    mask: Option<(&MaskSlice<'_, T>, usize)>,
     (opg, positions, p0, rows): (usize, usize, usize, usize),
     buf: &'a mut [T],
 ) -> (&'a [T], usize) {
-    let Some(ym) = mask else {
+    let Some((m, at)) = mask else {
         return (&gy[p0..], positions);
     };
     let zero = T::from_f64(0.0);
     for o in 0..opg {
-        let (src, ys) = (&gy[o * positions + p0..], &ym[o * positions + p0..]);
+        let base = o * positions + p0;
+        let src = &gy[base..];
         for (r, slot) in buf[o * rows..(o + 1) * rows].iter_mut().enumerate() {
-            *slot = if ys[r] > zero { src[r] } else { zero };
+            *slot = if m.passes(at + base + r) {
+                src[r]
+            } else {
+                zero
+            };
         }
     }
     (&buf[..opg * rows], rows)
@@ -389,35 +420,42 @@ fn masked_rows<'a, T: WithDType>(
 
 #[allow(clippy::type_complexity)]
 fn backward_typed<T: WithDType>(
-    x: &Tensor,
+    x: Option<&Tensor>,
     w: &Tensor,
     dy: &Tensor,
-    relu_y: Option<&Tensor>,
+    relu: Option<ReluMask<'_>>,
     geo: &Geom,
     need_dx: bool,
     need_dw: bool,
 ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let positions = geo.oh * geo.ow;
     let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
+    let x = match x {
+        Some(x) => Some(x),
+        None if need_dw => candle_core::bail!("conv_cpu: the kernel gradient needs the input"),
+        None => None,
+    };
+    // The bias gradient of a fused ReLU comes with the kernel gradient.
+    let need_db = relu.is_some() && need_dw;
     let mut dw = vec![T::from_f64(0.0); if need_dw { geo.cout * k_len } else { 0 }];
-    let mut db = vec![T::from_f64(0.0); if relu_y.is_some() { geo.cout } else { 0 }];
+    let mut db = vec![T::from_f64(0.0); if need_db { geo.cout } else { 0 }];
     let mut dx = if need_dx {
         vec![T::from_f64(0.0); geo.n * geo.cin * geo.h * geo.w]
     } else {
         Vec::new()
     };
-    let mask_tensor = match relu_y {
-        Some(y) if y.dims() != dy.dims() => {
+    match relu {
+        Some(ReluMask::Output(y)) if y.dims() != dy.dims() => {
             candle_core::bail!(
                 "conv_cpu: ReLU output {:?} for gradient {:?}",
                 y.dims(),
                 dy.dims()
             )
         }
-        Some(y) => Some(y.clone()),
-        None => None,
-    };
-    let mut body = |xs: &[T], ws: &[T], gs: &[T], ys: Option<&[T]>| {
+        Some(ReluMask::Bits(m)) => crate::saved_cpu::check_mask(dy, m)?,
+        _ => {}
+    }
+    let mut body = |xs: Option<&[T]>, ws: &[T], gs: &[T], ys: Option<MaskSlice<'_, T>>| {
         let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
         let mut gbuf = vec![
             T::from_f64(0.0);
@@ -429,26 +467,26 @@ fn backward_typed<T: WithDType>(
         ];
         let sample = geo.cin * geo.h * geo.w;
         for s in 0..geo.n {
-            let xn = &xs[s * sample..(s + 1) * sample];
             for g in 0..geo.groups {
                 let wg = &ws[g * opg * k_len..];
                 let at = (s * geo.cout + g * opg) * positions;
                 for (p0, rows) in geo.chunks(elem) {
                     let (gy, stride) = masked_rows(
                         &gs[at..],
-                        ys.map(|y| &y[at..]),
+                        ys.as_ref().map(|m| (m, at)),
                         (opg, positions, p0, rows),
                         &mut gbuf,
                     );
-                    if ys.is_some() {
+                    if need_db {
                         // Bias gradient of the masked rows, channel by channel in a fixed order.
                         for o in 0..opg {
                             let part = &gy[o * stride..o * stride + rows];
                             db[g * opg + o] += part.iter().fold(T::from_f64(0.0), |a, &v| a + v);
                         }
                     }
-                    if need_dw {
+                    if let (true, Some(xs)) = (need_dw, xs) {
                         // Kernel gradient: dW_g[o, k] += sum_p dY[o, p] col[p, k].
+                        let xn = &xs[s * sample..(s + 1) * sample];
                         geo.unfold(xn, g, p0, rows, &mut col);
                         gemm(
                             (opg, k_len, rows),
@@ -471,28 +509,36 @@ fn backward_typed<T: WithDType>(
         }
         Ok(())
     };
-    with_slice::<T, _>(x, |xs| {
-        with_slice::<T, _>(w, |ws| {
-            with_slice::<T, _>(dy, |gs| match &mask_tensor {
-                Some(y) => with_slice::<T, _>(y, |ys| body(xs, ws, gs, Some(ys))),
-                None => body(xs, ws, gs, None),
-            })
+    let mut with_mask = |xs: Option<&[T]>, ws: &[T], gs: &[T]| match relu {
+        Some(ReluMask::Output(y)) => {
+            with_slice::<T, _>(y, |ys| body(xs, ws, gs, Some(MaskSlice::Values(ys))))
+        }
+        Some(ReluMask::Bits(m)) => {
+            with_slice::<u8, _>(m, |bits| body(xs, ws, gs, Some(MaskSlice::Bits(bits))))
+        }
+        None => body(xs, ws, gs, None),
+    };
+    with_slice::<T, _>(w, |ws| {
+        with_slice::<T, _>(dy, |gs| match x {
+            Some(x) => with_slice::<T, _>(x, |xs| with_mask(Some(xs), ws, gs)),
+            None => with_mask(None, ws, gs),
         })
     })?;
-    let dev = x.device();
+    let dev = dy.device();
     let dw = if need_dw {
         Some(Tensor::from_vec(dw, w.dims(), dev)?)
     } else {
         None
     };
     let dx = if need_dx {
-        Some(Tensor::from_vec(dx, x.dims(), dev)?)
+        Some(Tensor::from_vec(dx, (geo.n, geo.cin, geo.h, geo.w), dev)?)
     } else {
         None
     };
-    let db = match relu_y {
-        Some(_) => Some(Tensor::from_vec(db, geo.cout, dev)?),
-        None => None,
+    let db = if need_db {
+        Some(Tensor::from_vec(db, geo.cout, dev)?)
+    } else {
+        None
     };
     Ok((dx, dw, db))
 }
@@ -515,32 +561,43 @@ pub fn backward(
     need_dw: bool,
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let (dx, dw, _) = match x.dtype() {
-        DType::F32 => backward_typed::<f32>(x, w, dy, None, geo, need_dx, need_dw)?,
-        DType::F64 => backward_typed::<f64>(x, w, dy, None, geo, need_dx, need_dw)?,
+        DType::F32 => backward_typed::<f32>(Some(x), w, dy, None, geo, need_dx, need_dw)?,
+        DType::F64 => backward_typed::<f64>(Some(x), w, dy, None, geo, need_dx, need_dw)?,
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     };
     Ok((dx, dw))
 }
 
-/// [`backward`] of a convolution followed by ReLU, from the gradient `dy` of the ReLU's output
-/// `y`: the ReLU mask is applied chunk by chunk ([`masked_elems`] more scratch, instead of a
-/// masked copy of the whole gradient). Returns `(dx, dW, db)`; `db` sums the masked gradient.
+/// [`backward`] of a convolution followed by ReLU, from the gradient `dy` of the ReLU's output:
+/// the ReLU mask (its output `y > 0`, or packed bits) is applied chunk by chunk ([`masked_elems`]
+/// more scratch, instead of a masked copy of the whole gradient). Returns `(dx, dW, db)`; `db`
+/// sums the masked gradient and comes with `dW`. The input `x` is needed only for `dW`.
+#[allow(clippy::type_complexity)]
 pub fn backward_relu(
-    x: &Tensor,
+    x: Option<&Tensor>,
     w: &Tensor,
-    y: &Tensor,
+    mask: ReluMask<'_>,
     dy: &Tensor,
     geo: &Geom,
     need_dx: bool,
     need_dw: bool,
-) -> Result<(Option<Tensor>, Option<Tensor>, Tensor)> {
-    let (dx, dw, db) = match x.dtype() {
-        DType::F32 => backward_typed::<f32>(x, w, dy, Some(y), geo, need_dx, need_dw)?,
-        DType::F64 => backward_typed::<f64>(x, w, dy, Some(y), geo, need_dx, need_dw)?,
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    match dy.dtype() {
+        DType::F32 => backward_typed::<f32>(x, w, dy, Some(mask), geo, need_dx, need_dw),
+        DType::F64 => backward_typed::<f64>(x, w, dy, Some(mask), geo, need_dx, need_dw),
+        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
+    }
+}
+
+/// The input gradient alone of a convolution without activation, from `dy` (the input itself is
+/// not read).
+pub fn backward_data(w: &Tensor, dy: &Tensor, geo: &Geom) -> Result<Tensor> {
+    let (dx, _, _) = match dy.dtype() {
+        DType::F32 => backward_typed::<f32>(None, w, dy, None, geo, true, false)?,
+        DType::F64 => backward_typed::<f64>(None, w, dy, None, geo, true, false)?,
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     };
-    let db = db.ok_or_else(|| candle_core::Error::Msg("conv_cpu: no bias gradient".into()))?;
-    Ok((dx, dw, db))
+    dx.ok_or_else(|| candle_core::Error::Msg("conv_cpu: no input gradient".into()))
 }
 
 fn data_grad_typed<T: WithDType>(

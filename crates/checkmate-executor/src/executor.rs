@@ -6,11 +6,13 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use checkmate_graph::{simulate, Graph, Plan, Step};
 use checkmate_models::{
-    Activation, GradSource, Network, NodeRole, Op, TensorRef, TrainingConfig, TrainingGraph,
+    Activation, GradSource, Network, NodeRole, Op, SavedKind, TensorRef, TrainingConfig,
+    TrainingGraph,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::conv_cpu::ReluMask;
 use crate::error::{Error, Result, TensorContext};
 use crate::kernels as k;
 use crate::memory::{owned, storage_of};
@@ -592,7 +594,35 @@ impl Executor {
                         .ctx(label)?;
                 Ok(vec![out])
             }
-            NodeRole::Backward(l) => self.backward(l, v, step, regs, batch, grads_done),
+            NodeRole::Backward(l) => {
+                let part = match self.tg.backward[l].as_ref().and_then(|b| b.weight_node) {
+                    Some(_) => Part::Inputs,
+                    None => Part::Whole,
+                };
+                self.backward(l, v, part, step, regs, batch, grads_done)
+            }
+            NodeRole::WeightGrad(l) => {
+                self.backward(l, v, Part::Params, step, regs, batch, grads_done)
+            }
+            NodeRole::Saved(l, kind) => {
+                let layer = self.net.layer(l);
+                let out = match (kind, &layer.op) {
+                    (SavedKind::ActivationMask, op) => {
+                        let y = self.reg(regs, self.tg.forward_node(l), 0, step, v)?;
+                        crate::saved_cpu::activation_mask(y, op.activation()).ctx(label)?
+                    }
+                    (SavedKind::PoolIndex, Op::MaxPool2d(p)) => {
+                        let x = self.tensor(layer.inputs[0], regs, batch, step, v)?;
+                        k::max_pool2d_indices(x, p).ctx(label)?
+                    }
+                    (SavedKind::PoolIndex, _) => {
+                        return Err(
+                            self.unsupported(l, "pooling indices of a layer that does not pool")
+                        )
+                    }
+                };
+                Ok(vec![out])
+            }
         }
     }
 
@@ -676,10 +706,12 @@ impl Executor {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn backward(
         &mut self,
         l: usize,
         v: usize,
+        part: Part,
         step: usize,
         regs: &[Option<Vec<Tensor>>],
         batch: &Batch,
@@ -691,7 +723,20 @@ impl Executor {
             );
         };
         let layer = self.net.layer(l).clone();
-        let ctx = || format!("{}_backward", layer.name);
+        let label = self.tg.graph.label(v);
+        let ctx = || label.clone();
+        // A recomputed parameter-gradient node has nothing left to do.
+        if part == Part::Params && grads_done[l] {
+            return Ok(vec![]);
+        }
+        let saved = match bn.saved {
+            Some((s, kind)) => Some((self.reg(regs, s, 0, step, v)?, kind)),
+            None => None,
+        };
+        let saved_mask = match saved {
+            Some((m, SavedKind::ActivationMask)) => Some(m),
+            _ => None,
+        };
         // Upstream gradient of the output, summed in the graph's fixed order.
         let mut parts = Vec::new();
         let mut from_loss = false;
@@ -750,11 +795,18 @@ impl Executor {
         // A convolution followed by ReLU masks the gradient inside its own kernel (chunk by
         // chunk on the CPU, no gradient-sized temporary): its output is the mask.
         let relu_mask = match (&layer.op, act, post.is_none() && !from_loss) {
-            (Op::Conv2d(_), Activation::Relu, true) => y,
+            (Op::Conv2d(_), Activation::Relu, true) => match saved_mask {
+                Some(m) => Some(ReluMask::Bits(m)),
+                None => y.map(ReluMask::Output),
+            },
             _ => None,
         };
         let g_pre = match g_out {
             Some(g) if act == Activation::Linear || relu_mask.is_some() => Some(g),
+            Some(g) if saved_mask.is_some() => {
+                let m = saved_mask.ok_or_else(|| self.unsupported(l, "no mask"))?;
+                Some(crate::saved_cpu::mask_backward(&g, m).ctx(ctx)?)
+            }
             Some(g) => {
                 // GELU reads its input only; the others read their output.
                 let y = match (y, xs[0]) {
@@ -769,8 +821,10 @@ impl Executor {
         let Some(g) = add(g_pre, post)? else {
             return Err(self.unsupported(l, "backward node without upstream gradient"));
         };
-        let need = |i: usize| bn.input_grads.get(i).copied().unwrap_or(false);
-        let first_time = !grads_done[l];
+        let need =
+            |i: usize| bn.input_grads.get(i).copied().unwrap_or(false) && part != Part::Params;
+        // Operator level: the input-gradient node leaves the parameter gradients to its own node.
+        let first_time = !grads_done[l] && part != Part::Inputs;
         // A recomputed backward node (parameter gradients done this step) computes only its
         // input gradients: its parameter gradients would be allocated and dropped, memory the
         // graph does not model (a whole kernel's size) and products nobody reads.
@@ -785,7 +839,38 @@ impl Executor {
             xs[0].ok_or_else(|| self.unsupported(l, "gradient rule needs the input"))
         };
         let mut outs: Vec<Option<Tensor>> = vec![None; layer.inputs.len()];
+        let x_dims = layer.input_types[0].shape.dims().to_vec();
         match &layer.op {
+            Op::Dense(_) if part == Part::Inputs => {
+                outs[0] = Some(k::dense_backward_data(&self.params[l][0], &g, &x_dims).ctx(ctx)?);
+            }
+            Op::Conv2d(c) if part != Part::Whole => {
+                let w = &self.params[l][0];
+                let x = if part == Part::Params {
+                    Some(x0()?)
+                } else {
+                    None
+                };
+                let (dx, dw, db) = k::conv2d_backward_split(
+                    x,
+                    &x_dims,
+                    w,
+                    relu_mask,
+                    &g,
+                    c,
+                    part == Part::Inputs,
+                    part == Part::Params,
+                )
+                .ctx(ctx)?;
+                self.store_grads(l, first_time, [dw, db]);
+                outs[0] = dx;
+            }
+            Op::MaxPool2d(p) if saved.is_some() => {
+                let Some((idx, SavedKind::PoolIndex)) = saved else {
+                    return Err(self.unsupported(l, "max pooling without its indices"));
+                };
+                outs[0] = Some(k::max_pool2d_backward_indices(idx, &g, &x_dims, p).ctx(ctx)?);
+            }
             Op::Dense(_) => {
                 let (dx, dw, db) =
                     k::dense_backward(x0()?, &self.params[l][0], &g, need(0), first_time)
@@ -796,9 +881,19 @@ impl Executor {
             Op::Conv2d(c) => {
                 let w = &self.params[l][0];
                 let (dx, dw, db) = match relu_mask {
-                    Some(y) => {
+                    Some(ReluMask::Output(y)) => {
                         k::conv2d_backward_relu(x0()?, w, y, &g, c, need(0), first_time, c.bias)
                     }
+                    Some(bits) => k::conv2d_backward_split(
+                        Some(x0()?),
+                        &x_dims,
+                        w,
+                        Some(bits),
+                        &g,
+                        c,
+                        need(0),
+                        first_time,
+                    ),
                     None => k::conv2d_backward(x0()?, w, &g, c, need(0), first_time, c.bias),
                 }
                 .ctx(ctx)?;
@@ -875,7 +970,7 @@ impl Executor {
                 outs[0] = Some(k::global_avg_pool_backward(dims, &g).ctx(ctx)?)
             }
             Op::Add => {
-                grads_done[l] = true;
+                grads_done[l] = part != Part::Inputs;
                 return Ok(if bn.input_grads.iter().any(|&b| b) {
                     vec![g]
                 } else {
@@ -908,7 +1003,12 @@ impl Executor {
                 outs[0] = Some(dx);
             }
         }
-        grads_done[l] = true;
+        if part != Part::Inputs {
+            grads_done[l] = true;
+        }
+        if part == Part::Params {
+            return Ok(vec![]);
+        }
         outs.into_iter()
             .enumerate()
             .filter(|(i, _)| need(*i))
@@ -916,6 +1016,17 @@ impl Executor {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| self.unsupported(l, "an input gradient was not produced"))
     }
+}
+
+/// Which gradients a backward node computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// Input and parameter gradients (layer level, or a layer without a parameter-gradient node).
+    Whole,
+    /// Input gradients only ([`NodeRole::Backward`] of a layer with a [`NodeRole::WeightGrad`]).
+    Inputs,
+    /// Parameter gradients only ([`NodeRole::WeightGrad`]).
+    Params,
 }
 
 fn layer_dims4(d: &[usize]) -> Option<(usize, usize, usize, usize)> {

@@ -137,6 +137,14 @@ pub fn dense_backward(
     Ok((dx, dw, db))
 }
 
+/// The input gradient alone of a dense layer, `g W` shaped as the input (`x_dims`), from the
+/// gradient `g` of its pre-activation output: the input itself is not read.
+pub fn dense_backward_data(w: &Tensor, g: &Tensor, x_dims: &[usize]) -> Result<Tensor> {
+    let (out, _) = w.dims2()?;
+    let rows = g.elem_count() / out.max(1);
+    g.reshape((rows, out))?.matmul(w)?.reshape(x_dims)
+}
+
 /// Pads the two spatial axes of an NCHW tensor with zeros: `[top, bottom, left, right]`.
 pub fn pad2d(x: &Tensor, p: [usize; 4]) -> Result<Tensor> {
     if direct_cpu::applies(x) && p.iter().any(|&v| v > 0) {
@@ -217,14 +225,21 @@ impl ConvGeom {
     }
 
     fn new(x: &Tensor, w: &Tensor, c: &Conv2d) -> Result<ConvGeom> {
-        let (n, cin, h, wd) = x.dims4()?;
+        ConvGeom::of_dims(x.dims(), w, c)
+    }
+
+    /// The geometry for an NCHW input of `dims`.
+    fn of_dims(dims: &[usize], w: &Tensor, c: &Conv2d) -> Result<ConvGeom> {
+        let &[n, cin, h, wd] = dims else {
+            candle_core::bail!("conv2d needs an NCHW input, got {dims:?}")
+        };
         let (cout, cpg, kh, kw) = w.dims4()?;
         if c.groups == 0 || cin % c.groups != 0 || cout % c.groups != 0 || cpg * c.groups != cin {
             candle_core::bail!(
                 "conv2d: kernel {:?} and {} groups do not fit input {:?}",
                 w.dims(),
                 c.groups,
-                x.dims()
+                dims
             )
         }
         let p = c.padding_for([h, wd]);
@@ -491,11 +506,61 @@ pub fn conv2d_backward_relu(
 ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     if conv_cpu::applies(x) && y.dims() == g.dims() && y.dtype() == x.dtype() {
         let geo = ConvGeom::for_grad(x, w, c, g)?.chunked();
-        let (dx, dw, db) = conv_cpu::backward_relu(x, w, y, g, &geo, need_dx, need_dw)?;
-        return Ok((dx, dw, bias.then_some(db)));
+        let relu = conv_cpu::ReluMask::Output(y);
+        let (dx, dw, db) = conv_cpu::backward_relu(Some(x), w, relu, g, &geo, need_dx, need_dw)?;
+        return Ok((dx, dw, if bias { db } else { None }));
     }
     let g = activation_backward(Some(x), y, g, Activation::Relu, 1)?;
     conv2d_backward(x, w, &g, c, need_dx, need_dw, bias)
+}
+
+/// Operator-level gradients of a convolution (CPU, f32/f64 only): the input gradient alone
+/// (`x` may be `None`, `x_dims` gives its shape) or the kernel and bias gradients alone (`x`
+/// needed), from the gradient `g` of the output of its fused ReLU, masked by `relu` (packed bits
+/// or the ReLU's output), or of its output when it has no activation.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn conv2d_backward_split(
+    x: Option<&Tensor>,
+    x_dims: &[usize],
+    w: &Tensor,
+    relu: Option<conv_cpu::ReluMask<'_>>,
+    g: &Tensor,
+    c: &Conv2d,
+    need_dx: bool,
+    need_dw: bool,
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    if !conv_cpu::applies(g) {
+        candle_core::bail!("operator-level convolution gradients run on the CPU (f32, f64) only")
+    }
+    let geo = ConvGeom::of_dims(x_dims, w, c)?;
+    if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
+        candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
+    }
+    let geo = geo.chunked();
+    match relu {
+        Some(mask) => {
+            let (dx, dw, db) = conv_cpu::backward_relu(x, w, mask, g, &geo, need_dx, need_dw)?;
+            Ok((dx, dw, if c.bias { db } else { None }))
+        }
+        None => {
+            let db = if c.bias && need_dw {
+                Some(g.sum((0, 2, 3))?)
+            } else {
+                None
+            };
+            let dx = if need_dx {
+                Some(conv_cpu::backward_data(w, g, &geo)?)
+            } else {
+                None
+            };
+            let dw = match (need_dw, x) {
+                (true, Some(x)) => conv_cpu::backward(x, w, g, &geo, false, true)?.1,
+                (true, None) => candle_core::bail!("the kernel gradient needs the input"),
+                (false, _) => None,
+            };
+            Ok((dx, dw, db))
+        }
+    }
 }
 
 /// Window `(a, b)` of every output position: `[N, C, oh, ow]` with element `(y, x)` taken from
@@ -979,6 +1044,120 @@ pub fn max_pool2d_backward(x: &Tensor, g: &Tensor, p: &Pool2d) -> Result<Tensor>
         candle_core::bail!("empty pooling window")
     };
     geo.unpad(&acc)
+}
+
+/// The winning cell of every max-pooling window (operator-level graphs, docs/OP_GRAPHS.md): a
+/// `u8` tensor of the output's shape holding the row-major offset of the first cell that holds
+/// the window's maximum, 255 for a window of padding only. CPU, f32/f64 only.
+pub fn max_pool2d_indices(x: &Tensor, p: &Pool2d) -> Result<Tensor> {
+    fn typed<T: WithDType>(x: &Tensor, geo: &PoolGeom) -> Result<Tensor> {
+        let (n, c, h, w) = x.dims4()?;
+        let [oh, ow] = geo.o;
+        conv_cpu::with_slice::<T, _>(x, |xs| {
+            let mut out = vec![u8::MAX; n * c * oh * ow];
+            for plane in 0..n * c {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut best: Option<(usize, T)> = None;
+                        for a in 0..geo.k[0] {
+                            let Some(iy) = (oy * geo.s[0] + a).checked_sub(geo.pad[0]) else {
+                                continue;
+                            };
+                            if iy >= h {
+                                continue;
+                            }
+                            for b in 0..geo.k[1] {
+                                let Some(ix) = (ox * geo.s[1] + b).checked_sub(geo.pad[2]) else {
+                                    continue;
+                                };
+                                if ix >= w {
+                                    continue;
+                                }
+                                let v = xs[(plane * h + iy) * w + ix];
+                                if best.map_or(true, |(_, m)| v > m) {
+                                    best = Some((a * geo.k[1] + b, v));
+                                }
+                            }
+                        }
+                        if let Some((k, _)) = best {
+                            out[(plane * oh + oy) * ow + ox] = k as u8;
+                        }
+                    }
+                }
+            }
+            Tensor::from_vec(out, (n, c, oh, ow), x.device())
+        })
+    }
+    let geo = PoolGeom::new(x, p)?;
+    if geo.k[0] * geo.k[1] >= u8::MAX as usize {
+        candle_core::bail!("max pool indices: window {:?} has 255 cells or more", geo.k)
+    }
+    match x.dtype() {
+        DType::F32 if conv_cpu::applies(x) => typed::<f32>(x, &geo),
+        DType::F64 if conv_cpu::applies(x) => typed::<f64>(x, &geo),
+        other => candle_core::bail!(
+            "max pool indices: {other:?} on {:?} not supported",
+            x.device()
+        ),
+    }
+}
+
+/// Input gradient of max pooling from the winners of [`max_pool2d_indices`] (the input itself
+/// is not read): the same sums, in the same order, as [`max_pool2d_backward`].
+pub fn max_pool2d_backward_indices(
+    indices: &Tensor,
+    g: &Tensor,
+    input_dims: &[usize],
+    p: &Pool2d,
+) -> Result<Tensor> {
+    fn typed<T: WithDType>(
+        idx: &[u8],
+        g: &Tensor,
+        dims: &[usize],
+        geo: &PoolGeom,
+    ) -> Result<Tensor> {
+        let &[n, c, h, w] = dims else {
+            candle_core::bail!("max pool backward needs an NCHW input, got {dims:?}")
+        };
+        let [oh, ow] = geo.o;
+        let mut dx = vec![T::from_f64(0.0); n * c * h * w];
+        conv_cpu::with_slice::<T, _>(g, |gs| {
+            for plane in 0..n * c {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let o = (plane * oh + oy) * ow + ox;
+                        let k = idx[o] as usize;
+                        if k == u8::MAX as usize {
+                            continue;
+                        }
+                        let (a, b) = (k / geo.k[1], k % geo.k[1]);
+                        let iy = oy * geo.s[0] + a - geo.pad[0];
+                        let ix = ox * geo.s[1] + b - geo.pad[2];
+                        dx[(plane * h + iy) * w + ix] += gs[o];
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Tensor::from_vec(dx, dims, g.device())
+    }
+    let geo = PoolGeom::of_dims(input_dims, p)?;
+    if indices.dtype() != DType::U8 || indices.dims() != g.dims() {
+        candle_core::bail!(
+            "max pool backward: indices {:?} {:?} for a gradient {:?}",
+            indices.dtype(),
+            indices.dims(),
+            g.dims()
+        )
+    }
+    conv_cpu::with_slice::<u8, _>(indices, |idx| match g.dtype() {
+        DType::F32 if conv_cpu::applies(g) => typed::<f32>(idx, g, input_dims, &geo),
+        DType::F64 if conv_cpu::applies(g) => typed::<f64>(idx, g, input_dims, &geo),
+        other => candle_core::bail!(
+            "max pool backward: {other:?} on {:?} not supported",
+            g.device()
+        ),
+    })
 }
 
 /// `acc + t`, or `t` when nothing is accumulated yet (sums in a fixed order stay bitwise stable).

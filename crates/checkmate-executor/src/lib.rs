@@ -55,6 +55,7 @@ pub mod kernels;
 pub mod memory;
 pub mod meter;
 pub mod optim;
+pub mod saved_cpu;
 
 pub use checkmate_graph::Plan;
 pub use data::SyntheticData;

@@ -43,6 +43,7 @@
 //!         NodeRole::Forward(l) => assert_eq!(node.name, net.layer(l).name),
 //!         NodeRole::Loss => assert_eq!(i, tg.loss_node),
 //!         NodeRole::Backward(l) => assert_eq!(tg.backward[l].as_ref().unwrap().node, i),
+//!         NodeRole::Saved(..) | NodeRole::WeightGrad(_) => unreachable!("operator level only"),
 //!     }
 //! }
 //! # Ok::<(), checkmate_models::Error>(())
@@ -68,7 +69,8 @@ pub use op::{
 };
 pub use shape::{DType, ImageSize, Shape, TensorType};
 pub use training::{
-    BackwardNode, GradSource, NodeRole, Optimizer, StaticMemory, TrainingConfig, TrainingGraph,
+    BackwardNode, GradSource, Granularity, NodeRole, Optimizer, SavedKind, StaticMemory,
+    TrainingConfig, TrainingGraph,
 };
 pub use zoo::{
     fcn8, mlp, mobilenet, model_by_name, resnet50, segnet, transformer, unet, vgg16, vgg19,

@@ -58,7 +58,7 @@ impl Activation {
         }
     }
 
-    fn backward_flops_per_element(self) -> f64 {
+    pub(crate) fn backward_flops_per_element(self) -> f64 {
         match self {
             Activation::Linear => 0.0,
             Activation::Relu => 1.0,

@@ -30,6 +30,55 @@ impl Optimizer {
     }
 }
 
+/// How finely a training graph splits the computation (docs/OP_GRAPHS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Granularity {
+    /// One forward and one backward node per layer (Checkmate's graphs).
+    #[default]
+    Layer,
+    /// Operator level: a ReLU's or max pooling's backward reads a compact saved state of its own
+    /// ([`NodeRole::Saved`]: a 1-bit mask, a byte per pooling window) instead of the layer's
+    /// output or input, and a convolution's or dense layer's parameter gradient is a node of its
+    /// own ([`NodeRole::WeightGrad`], reading the layer's input) beside its input gradient (which
+    /// does not read it).
+    Op,
+}
+
+impl Granularity {
+    /// `"layer"` or `"op"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Granularity::Layer => "layer",
+            Granularity::Op => "op",
+        }
+    }
+}
+
+impl std::str::FromStr for Granularity {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Granularity, String> {
+        match s {
+            "layer" => Ok(Granularity::Layer),
+            "op" => Ok(Granularity::Op),
+            other => Err(format!(
+                "unknown granularity `{other}`: expected `op` or `layer`"
+            )),
+        }
+    }
+}
+
+/// The compact state an operator-level graph saves for a layer's backward rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SavedKind {
+    /// One bit per output element: where a ReLU (or ReLU6) passes its gradient (`0 < y`, and
+    /// `y < 6` for ReLU6), packed 8 to a byte, `ceil(elements / 8)` bytes.
+    ActivationMask,
+    /// One byte per output element of a max pooling: the offset of the winning cell in its window
+    /// (row-major), 255 for a window of padding only.
+    PoolIndex,
+}
+
 /// How to build a training graph.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainingConfig {
@@ -40,6 +89,8 @@ pub struct TrainingConfig {
     /// Whether nodes carry `workspace_bytes` for their temporaries (see docs/MODELS.md); `false`
     /// gives Checkmate's model, where only outputs count.
     pub workspace: bool,
+    /// Layer or operator nodes.
+    pub granularity: Granularity,
 }
 
 impl Default for TrainingConfig {
@@ -49,6 +100,7 @@ impl Default for TrainingConfig {
             optimizer: Optimizer::SgdMomentum,
             costs: Costs::Flops,
             workspace: true,
+            granularity: Granularity::Layer,
         }
     }
 }
@@ -60,8 +112,13 @@ pub enum NodeRole {
     Forward(LayerId),
     /// The loss (per-example losses).
     Loss,
-    /// The backward computation of a layer.
+    /// The backward computation of a layer: its input gradients, and its parameter gradients
+    /// unless the layer has a [`NodeRole::WeightGrad`] node.
     Backward(LayerId),
+    /// Operator level: the compact state a layer's backward reads instead of a whole tensor.
+    Saved(LayerId, SavedKind),
+    /// Operator level: a layer's parameter gradients, apart from its input gradients.
+    WeightGrad(LayerId),
 }
 
 /// A contribution to the gradient of a layer's output.
@@ -95,6 +152,12 @@ pub struct BackwardNode {
     /// Forward tensors the gradient rule reads (`TensorRef::Layer(self)` is its own output;
     /// `TensorRef::Input` is the static input batch).
     pub reads: Vec<TensorRef>,
+    /// Operator level: the node of the layer's compact saved state, read instead of its output
+    /// (ReLU mask) or input (max-pooling indices).
+    pub saved: Option<(NodeIdx, SavedKind)>,
+    /// Operator level: the node computing the layer's parameter gradients (reading `reads` and
+    /// the upstream gradient); then `node` computes input gradients only and reads no inputs.
+    pub weight_node: Option<NodeIdx>,
 }
 
 /// Static memory of a training step, in bytes: never freed, not part of any plan.
@@ -121,12 +184,18 @@ impl StaticMemory {
 
 /// A training graph with the mapping from its nodes back to the network.
 ///
-/// Node ids equal node indices: layer `l`'s forward node is `l`, the loss is `layers.len()`, then
-/// the backward nodes follow in reverse layer order.
+/// Node ids equal node indices: the forward nodes in layer order (at operator level each followed
+/// by its layer's saved-state node, if any), the loss, then the backward nodes in reverse layer
+/// order (at operator level a layer's parameter-gradient node just before its input-gradient node).
+/// At layer granularity layer `l`'s forward node is `l`.
 #[derive(Debug, Clone)]
 pub struct TrainingGraph {
     /// The graph (`checkmate-graph`).
     pub graph: Graph,
+    /// How the graph was split.
+    pub granularity: Granularity,
+    /// Per layer, its forward node.
+    pub forward: Vec<NodeIdx>,
     /// Role of each node, by node index.
     pub roles: Vec<NodeRole>,
     /// Per layer, its backward node (`None` when the layer needs no gradient: no parameter at or
@@ -141,7 +210,7 @@ pub struct TrainingGraph {
 impl TrainingGraph {
     /// The forward node of a layer.
     pub fn forward_node(&self, layer: LayerId) -> NodeIdx {
-        layer
+        self.forward[layer]
     }
 
     /// The backward node of a layer, if it has one.
@@ -168,42 +237,149 @@ impl Network {
         needs
     }
 
+    /// What operator granularity saves for layer `id`'s backward rule instead of a whole tensor:
+    /// a ReLU/ReLU6 mask of its output (fused or standalone, unless the loss reads the output) or
+    /// the winning cells of a max pooling.
+    fn saved_kind(&self, id: LayerId) -> Option<SavedKind> {
+        let l = self.layer(id);
+        if id == self.loss().input {
+            return None;
+        }
+        match &l.op {
+            Op::MaxPool2d(p) if p.pool[0] * p.pool[1] < 255 && l.output.shape.rank() == 4 => {
+                Some(SavedKind::PoolIndex)
+            }
+            Op::Conv2d(_) | Op::ConvTranspose2d(_) | Op::Dense(_) | Op::Activation(_)
+                if matches!(l.op.activation(), Activation::Relu | Activation::Relu6)
+                    || matches!(l.op, Op::Activation(Activation::Relu | Activation::Relu6)) =>
+            {
+                Some(SavedKind::ActivationMask)
+            }
+            _ => None,
+        }
+    }
+
     /// Builds the training graph: one forward node per layer, the loss, and one backward node per
-    /// layer that needs a gradient, with the dependencies and sizes described in docs/MODELS.md.
+    /// layer that needs a gradient, with the dependencies and sizes described in docs/MODELS.md;
+    /// at [`Granularity::Op`] also the saved-state and parameter-gradient nodes of
+    /// docs/OP_GRAPHS.md.
     pub fn training_graph(&self, config: &TrainingConfig) -> Result<TrainingGraph> {
         let layers = self.layers();
         let n_layers = layers.len();
         let loss = self.loss();
-        let loss_node = n_layers;
         let needs = self.needs_gradient();
-        let mut specs: Vec<NodeSpec> = Vec::with_capacity(2 * n_layers + 1);
-        let mut roles = Vec::with_capacity(2 * n_layers + 1);
+        let op_level = config.granularity == Granularity::Op;
         let workspace = |bytes: u64| if config.workspace { bytes } else { 0 };
 
-        for (id, l) in layers.iter().enumerate() {
-            let deps = l
-                .inputs
-                .iter()
+        // Node ids: forward nodes (each followed by its saved state), the loss, backward nodes.
+        let saved_kind: Vec<Option<SavedKind>> = (0..n_layers)
+            .map(|id| {
+                if op_level && needs[id] {
+                    self.saved_kind(id)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let split: Vec<bool> = (0..n_layers)
+            .map(|id| {
+                let l = &layers[id];
+                op_level
+                    && needs[id]
+                    && matches!(l.op, Op::Conv2d(_) | Op::Dense(_))
+                    && l.trainable_param_count() > 0
+                    && l.inputs
+                        .iter()
+                        .any(|t| matches!(t, TensorRef::Layer(p) if needs[*p]))
+            })
+            .collect();
+        let mut next = 0;
+        let mut forward = vec![0; n_layers];
+        let mut saved_node = vec![None; n_layers];
+        for id in 0..n_layers {
+            forward[id] = next;
+            next += 1;
+            if saved_kind[id].is_some() {
+                saved_node[id] = Some(next);
+                next += 1;
+            }
+        }
+        let loss_node = next;
+        next += 1;
+        let mut node_of = vec![usize::MAX; n_layers];
+        let mut weight_node = vec![None; n_layers];
+        for id in (0..n_layers).rev() {
+            if needs[id] {
+                if split[id] {
+                    weight_node[id] = Some(next);
+                    next += 1;
+                }
+                node_of[id] = next;
+                next += 1;
+            }
+        }
+        let n_nodes = next;
+        let mut specs: Vec<Option<NodeSpec>> = vec![None; n_nodes];
+        let mut roles: Vec<Option<NodeRole>> = vec![None; n_nodes];
+        let layer_deps = |ts: &[TensorRef]| -> Vec<u64> {
+            ts.iter()
                 .filter_map(|t| match t {
-                    TensorRef::Layer(p) => Some(*p as u64),
+                    TensorRef::Layer(p) => Some(forward[*p] as u64),
                     TensorRef::Input => None,
                 })
-                .collect();
-            specs.push(NodeSpec {
-                id: id as u64,
+                .collect()
+        };
+
+        for (id, l) in layers.iter().enumerate() {
+            let v = forward[id];
+            specs[v] = Some(NodeSpec {
+                id: v as u64,
                 name: l.name.clone(),
                 kind: NodeKind::Forward,
                 cost: l.forward_flops,
                 bytes: l.output_bytes(),
                 workspace_bytes: workspace(l.op.forward_workspace(&l.input_types, &l.output.shape)),
-                deps,
+                deps: layer_deps(&l.inputs),
             });
-            roles.push(NodeRole::Forward(id));
+            roles[v] = Some(NodeRole::Forward(id));
+            if let (Some(s), Some(kind)) = (saved_node[id], saved_kind[id]) {
+                let out_elems = l.output.shape.elements();
+                let (name, bytes, deps, cost) = match kind {
+                    SavedKind::ActivationMask => (
+                        format!("{}_mask", l.name),
+                        out_elems.div_ceil(8),
+                        vec![v as u64],
+                        out_elems as f64,
+                    ),
+                    SavedKind::PoolIndex => {
+                        let window = match &l.op {
+                            Op::MaxPool2d(p) => (p.pool[0] * p.pool[1]) as f64,
+                            _ => 1.0,
+                        };
+                        (
+                            format!("{}_indices", l.name),
+                            out_elems,
+                            layer_deps(&l.inputs),
+                            out_elems as f64 * window,
+                        )
+                    }
+                };
+                specs[s] = Some(NodeSpec {
+                    id: s as u64,
+                    name,
+                    kind: NodeKind::Forward,
+                    cost,
+                    bytes,
+                    workspace_bytes: 0,
+                    deps,
+                });
+                roles[s] = Some(NodeRole::Saved(id, kind));
+            }
         }
 
         let pred = &layers[loss.input];
         let pred_elems = pred.output.shape.elements() as f64;
-        specs.push(NodeSpec {
+        specs[loss_node] = Some(NodeSpec {
             id: loss_node as u64,
             name: loss.name.clone(),
             kind: NodeKind::Loss,
@@ -214,20 +390,11 @@ impl Network {
             } else {
                 0
             }),
-            deps: vec![loss.input as u64],
+            deps: vec![forward[loss.input] as u64],
         });
-        roles.push(NodeRole::Loss);
+        roles[loss_node] = Some(NodeRole::Loss);
 
         let mut backward: Vec<Option<BackwardNode>> = vec![None; n_layers];
-        // Backward node ids in reverse layer order, only for layers that need a gradient.
-        let mut next = loss_node + 1;
-        let mut node_of = vec![usize::MAX; n_layers];
-        for id in (0..n_layers).rev() {
-            if needs[id] {
-                node_of[id] = next;
-                next += 1;
-            }
-        }
         for id in (0..n_layers).rev() {
             if !needs[id] {
                 continue;
@@ -248,30 +415,30 @@ impl Network {
             if feeds_loss {
                 upstream.insert(0, GradSource::Loss);
             }
+            let saved = saved_node[id].zip(saved_kind[id]);
             let grad_needs = l.op.grad_needs();
             let mut reads = Vec::new();
-            if grad_needs.inputs {
+            // At operator level a max pooling reads its indices, not its input.
+            let reads_inputs = grad_needs.inputs && saved_kind[id] != Some(SavedKind::PoolIndex);
+            if reads_inputs {
                 for t in &l.inputs {
                     if !reads.contains(t) {
                         reads.push(*t);
                     }
                 }
             }
-            if grad_needs.output || feeds_loss {
+            if (grad_needs.output && saved.is_none()) || feeds_loss {
                 reads.push(TensorRef::Layer(id));
             }
-            let mut deps: Vec<u64> = reads
+            let mut upstream_deps: Vec<u64> = upstream
                 .iter()
-                .filter_map(|t| match t {
-                    TensorRef::Layer(p) => Some(*p as u64),
-                    TensorRef::Input => None,
-                })
-                .collect();
-            for u in &upstream {
-                deps.push(match u {
+                .map(|u| match u {
                     GradSource::Loss => loss_node as u64,
                     GradSource::Layer { layer, .. } => node_of[*layer] as u64,
-                });
+                })
+                .collect();
+            if let Some((s, _)) = saved {
+                upstream_deps.push(s as u64);
             }
             let bytes = if !any_input_grad {
                 0
@@ -304,31 +471,68 @@ impl Network {
                 && !loss.from_logits;
             let upstream_temp =
                 (upstream.len() > 1 || fused_activation || feeds_loss) && !loss_grad_is_output;
-            let cost =
-                l.op.backward_flops(&l.input_types, &l.output.shape, any_input_grad)
-                    + (upstream.len().saturating_sub(1)) as f64 * out_elems
-                    + if feeds_loss { 3.0 * out_elems } else { 0.0 };
-            specs.push(NodeSpec {
+            let extra = (upstream.len().saturating_sub(1)) as f64 * out_elems
+                + if feeds_loss { 3.0 * out_elems } else { 0.0 };
+            let ws = workspace(
+                if upstream_temp { l.output_bytes() } else { 0 }
+                    + l.op.backward_workspace(&l.input_types, &l.output.shape),
+            );
+            let full_cost =
+                l.op.backward_flops(&l.input_types, &l.output.shape, any_input_grad);
+            let mut deps: Vec<u64> = layer_deps(&reads);
+            if let Some(w) = weight_node[id] {
+                // Parameter gradients: everything the rule reads. Input gradients: the saved
+                // state or own output only (a convolution's or dense layer's input gradient
+                // does not read its input).
+                let param_cost = l.op.backward_flops(&l.input_types, &l.output.shape, false);
+                let mut wdeps = deps.clone();
+                wdeps.extend(&upstream_deps);
+                specs[w] = Some(NodeSpec {
+                    id: w as u64,
+                    name: format!("{}_backward_weight", l.name),
+                    kind: NodeKind::Backward,
+                    cost: param_cost + extra,
+                    bytes: 0,
+                    workspace_bytes: ws,
+                    deps: wdeps,
+                });
+                roles[w] = Some(NodeRole::WeightGrad(id));
+                reads.retain(|t| *t == TensorRef::Layer(id));
+                deps = layer_deps(&reads);
+            }
+            deps.extend(&upstream_deps);
+            let cost = match weight_node[id] {
+                Some(_) => {
+                    full_cost - l.op.backward_flops(&l.input_types, &l.output.shape, false)
+                        + out_elems * l.op.activation().backward_flops_per_element()
+                        + extra
+                }
+                None => full_cost + extra,
+            };
+            specs[node_of[id]] = Some(NodeSpec {
                 id: node_of[id] as u64,
                 name: format!("{}_backward", l.name),
                 kind: NodeKind::Backward,
                 cost,
                 bytes,
-                workspace_bytes: workspace(
-                    if upstream_temp { l.output_bytes() } else { 0 }
-                        + l.op.backward_workspace(&l.input_types, &l.output.shape),
-                ),
+                workspace_bytes: ws,
                 deps,
             });
-            roles.push(NodeRole::Backward(id));
+            roles[node_of[id]] = Some(NodeRole::Backward(id));
             backward[id] = Some(BackwardNode {
                 layer: id,
                 node: node_of[id],
                 input_grads,
                 upstream,
                 reads,
+                saved,
+                weight_node: weight_node[id],
             });
         }
+        let mut specs: Vec<NodeSpec> = specs.into_iter().flatten().collect();
+        let roles: Vec<NodeRole> = roles.into_iter().flatten().collect();
+        debug_assert_eq!(specs.len(), n_nodes);
+        debug_assert_eq!(roles.len(), n_nodes);
 
         if let Costs::Measured(table) = &config.costs {
             table.apply(&mut specs, self.batch())?;
@@ -360,6 +564,8 @@ impl Network {
         );
         Ok(TrainingGraph {
             graph,
+            granularity: config.granularity,
+            forward,
             roles,
             backward,
             loss_node,

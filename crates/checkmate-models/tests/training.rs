@@ -4,8 +4,9 @@ use std::collections::HashSet;
 
 use checkmate_graph::{simulate, Graph, NodeKind, Plan, Step};
 use checkmate_models::{
-    build_training_graph, model_by_name, CostTable, Costs, Error, GradSource, ModelConfig,
-    NodeCost, NodeRole, Optimizer, TensorRef, TrainingConfig, TrainingGraph, MODEL_NAMES,
+    build_training_graph, model_by_name, CostTable, Costs, Error, GradSource, Granularity,
+    ModelConfig, NodeCost, NodeRole, Optimizer, SavedKind, TensorRef, TrainingConfig,
+    TrainingGraph, MODEL_NAMES,
 };
 
 fn small(model: &str) -> ModelConfig {
@@ -95,6 +96,9 @@ fn invariants_hold_for_every_model() {
                         "{m}: {} has no upstream gradient",
                         n.name
                     );
+                }
+                r @ (NodeRole::Saved(..) | NodeRole::WeightGrad(_)) => {
+                    panic!("{m}: {r:?} in a layer-level graph")
                 }
             }
             for &p in g.preds(i) {
@@ -415,4 +419,83 @@ fn cost_table_mismatches_are_errors_naming_the_node() {
         CostTable::from_json_str("{", "x"),
         Err(Error::Json { .. })
     ));
+}
+
+#[test]
+fn op_level_invariants_hold_for_every_model() {
+    let op = TrainingConfig {
+        granularity: Granularity::Op,
+        ..TrainingConfig::default()
+    };
+    for &m in MODEL_NAMES {
+        let net = model_by_name(m, &small(m)).unwrap();
+        let layer = net.training_graph(&TrainingConfig::default()).unwrap();
+        let t = net.training_graph(&op).unwrap();
+        let g = &t.graph;
+        assert_eq!(t.granularity, Granularity::Op);
+        assert_eq!(g.static_bytes(), layer.graph.static_bytes(), "{m}");
+        let mut saved = 0;
+        for (i, n) in g.nodes().iter().enumerate() {
+            assert_eq!(n.id, i as u64);
+            assert!(g.preds(i).iter().all(|&p| p < i), "{m}: {}", n.name);
+            match t.role(i) {
+                NodeRole::Forward(l) => {
+                    assert_eq!(t.forward_node(l), i);
+                    assert_eq!(n.name, net.layer(l).name);
+                }
+                NodeRole::Saved(l, kind) => {
+                    saved += 1;
+                    assert_eq!(n.kind, NodeKind::Forward);
+                    let elems = net.layer(l).output.shape.elements() as u64;
+                    let want = match kind {
+                        SavedKind::ActivationMask => elems.div_ceil(8),
+                        SavedKind::PoolIndex => elems,
+                    };
+                    assert_eq!(n.bytes, want, "{m}: {}", n.name);
+                    assert_eq!(t.backward[l].as_ref().unwrap().saved, Some((i, kind)));
+                }
+                NodeRole::WeightGrad(l) => {
+                    let b = t.backward[l].as_ref().unwrap();
+                    assert_eq!(b.weight_node, Some(i));
+                    assert_eq!(b.node, i + 1, "{m}: parameter gradients just before dX");
+                    assert_eq!(n.bytes, 0);
+                }
+                NodeRole::Loss => assert_eq!(i, t.loss_node),
+                NodeRole::Backward(l) => assert_eq!(t.backward_node(l), Some(i)),
+            }
+        }
+        assert_eq!(g.forward_nodes().count(), net.layers().len() + saved, "{m}");
+        let plan = Plan::new((0..g.len()).map(Step::Compute).collect());
+        let sim = simulate(g, &plan).unwrap_or_else(|e| panic!("{m}: {e}"));
+        assert_eq!(sim.cost, g.total_cost());
+    }
+}
+
+#[test]
+fn vgg16_op_level_dependencies() {
+    let op = TrainingConfig {
+        granularity: Granularity::Op,
+        ..TrainingConfig::default()
+    };
+    let g = build_training_graph("vgg16", &ModelConfig::new(4), &op).unwrap();
+    // The input gradient reads the upstream gradient and the 1-bit mask, not a tensor.
+    assert_eq!(
+        deps(&g, "block1_conv2_backward"),
+        set(&["block1_conv2_mask", "block1_pool_backward"])
+    );
+    // The kernel gradient also reads the layer's input.
+    assert_eq!(
+        deps(&g, "block1_conv2_backward_weight"),
+        set(&["block1_conv1", "block1_conv2_mask", "block1_pool_backward"])
+    );
+    // Max pooling's gradient reads its winners (a byte per window), not its input.
+    assert_eq!(
+        deps(&g, "block1_pool_backward"),
+        set(&["block1_pool_indices", "block2_conv1_backward"])
+    );
+    assert_eq!(deps(&g, "block1_pool_indices"), set(&["block1_conv2"]));
+    assert_eq!(deps(&g, "block1_conv2_mask"), set(&["block1_conv2"]));
+    let y = node(&g, "block1_conv2").bytes;
+    assert_eq!(node(&g, "block1_conv2_mask").bytes, y / 32);
+    assert_eq!(node(&g, "block1_pool_indices").bytes, y / 16);
 }

@@ -1,0 +1,251 @@
+//! Operator-level training graphs (docs/OP_GRAPHS.md) train exactly like layer-level ones: the
+//! parameters after two steps are bitwise equal to the layer graph's, for checkpoint-all and for
+//! plans that recompute, and every node's heap is what the graph models.
+
+use candle_core::{DType, Device};
+use checkmate_executor::heap::{self, Counting};
+use checkmate_executor::{train, Executor, Optimizer, OptimizerKind, SyntheticData};
+use checkmate_graph::{Plan, Step};
+use checkmate_models::{
+    model_by_name, Conv2d, Dense, Granularity, ImageSize, ModelConfig, Network, NetworkBuilder,
+    NodeRole, Op, Pool2d, SavedKind, Shape, TrainingConfig,
+};
+use checkmate_solver::{solve, strategy_by_name, SolveOptions};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The counter is process-wide: the tests of this file run one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn config(granularity: Granularity) -> TrainingConfig {
+    TrainingConfig {
+        granularity,
+        ..TrainingConfig::default()
+    }
+}
+
+/// conv-relu twice, a residual add, padded max-pool, a ReLU6, conv, flatten, dense-relu, logits.
+fn small_cnn() -> Network {
+    let mut b = NetworkBuilder::new("cnn", Shape::new([2, 2, 7, 7]));
+    let c1 = b
+        .layer(
+            "conv1",
+            Op::Conv2d(Conv2d::new(3, 3).same().relu()),
+            b.input(),
+        )
+        .unwrap();
+    let c2 = b
+        .layer("conv2", Op::Conv2d(Conv2d::new(3, 3).same().relu()), c1)
+        .unwrap();
+    let s = b.add("add", Op::Add, &[c1, c2]).unwrap();
+    let mut pool = Pool2d::new(3, 2);
+    pool.padding = checkmate_models::Padding::Same;
+    let p = b.layer("pool", Op::MaxPool2d(pool), s).unwrap();
+    let r6 = b
+        .layer(
+            "relu6",
+            Op::Activation(checkmate_models::Activation::Relu6),
+            p,
+        )
+        .unwrap();
+    let c3 = b
+        .layer("conv3", Op::Conv2d(Conv2d::new(4, 2).no_bias()), r6)
+        .unwrap();
+    let f = b.layer("flatten", Op::Flatten, c3).unwrap();
+    let h = b
+        .layer("hidden", Op::Dense(Dense::new(5).relu()), f)
+        .unwrap();
+    let d = b.layer("logits", Op::Dense(Dense::new(3)), h).unwrap();
+    b.finish(d, 1).unwrap()
+}
+
+fn zoo(model: &str, batch: usize, image: usize) -> Network {
+    let mut c = ModelConfig::new(batch).with_classes(10);
+    c.image_size = Some(ImageSize::square(image));
+    if model.starts_with("vgg") {
+        c.width = Some(64);
+    }
+    model_by_name(model, &c).unwrap()
+}
+
+fn bits(exec: &Executor) -> Vec<u32> {
+    exec.params()
+        .iter()
+        .flatten()
+        .flat_map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        .map(f32::to_bits)
+        .collect()
+}
+
+/// Two SGD steps with `plan` (checkpoint-all when `None`); the parameter bits and the losses.
+fn run(net: &Network, granularity: Granularity, plan: Option<&Plan>) -> (Vec<u32>, Vec<f64>) {
+    let mut exec = Executor::new(
+        net.clone(),
+        &config(granularity),
+        &Device::Cpu,
+        DType::F32,
+        7,
+    )
+    .unwrap();
+    let all = Plan::new((0..exec.graph().len()).map(Step::Compute).collect());
+    let data = SyntheticData::new(&exec, 0.5, 3).unwrap();
+    let mut opt = Optimizer::new(OptimizerKind::sgd(0.05)).unwrap();
+    let reports = train(&mut exec, plan.unwrap_or(&all), &data, &mut opt, 2).unwrap();
+    for r in &reports {
+        assert_eq!(r.measured_live, r.predicted_live, "{}", net.name());
+    }
+    (bits(&exec), reports.iter().map(|r| r.loss).collect())
+}
+
+#[test]
+fn op_graphs_have_masks_indices_and_split_gradients() {
+    let net = small_cnn();
+    let tg = net.training_graph(&config(Granularity::Op)).unwrap();
+    let layer = net.training_graph(&config(Granularity::Layer)).unwrap();
+    let count =
+        |f: &dyn Fn(NodeRole) -> bool| (0..tg.graph.len()).filter(|&i| f(tg.role(i))).count();
+    // conv1, conv2, relu6, hidden carry masks; the pool its indices.
+    assert_eq!(
+        count(&|r| matches!(r, NodeRole::Saved(_, SavedKind::ActivationMask))),
+        4
+    );
+    assert_eq!(
+        count(&|r| matches!(r, NodeRole::Saved(_, SavedKind::PoolIndex))),
+        1
+    );
+    // conv2, conv3, hidden and logits split (conv1 has no input gradient).
+    assert_eq!(count(&|r| matches!(r, NodeRole::WeightGrad(_))), 4);
+    assert_eq!(tg.graph.len(), layer.graph.len() + 9);
+    // No input-gradient node reads its layer's input; a mask is an eighth of its tensor.
+    for i in 0..tg.graph.len() {
+        if let NodeRole::Saved(l, SavedKind::ActivationMask) = tg.role(i) {
+            let y = tg.graph.node(tg.forward_node(l)).bytes;
+            assert_eq!(tg.graph.node(i).bytes, (y / 4).div_ceil(8));
+        }
+        if let NodeRole::Backward(l) = tg.role(i) {
+            if tg.backward[l].as_ref().unwrap().weight_node.is_some() {
+                for t in &net.layer(l).inputs {
+                    if let checkmate_models::TensorRef::Layer(p) = t {
+                        let f = tg.forward_node(*p);
+                        assert!(!tg.graph.preds(i).contains(&f), "{}", tg.graph.label(i));
+                    }
+                }
+            }
+        }
+    }
+    // The same work: the split costs no more than the whole (masks and indices are extra).
+    assert!(tg.graph.total_cost() >= layer.graph.total_cost());
+}
+
+#[test]
+fn op_graphs_train_bitwise_like_layer_graphs() {
+    let _serial = serial();
+    let nets = [
+        small_cnn(),
+        zoo("vgg16", 2, 32),
+        zoo("resnet50", 2, 32),
+        zoo("mobilenet", 2, 32),
+        zoo("unet", 1, 64),
+    ];
+    for net in nets {
+        let (want, losses) = run(&net, Granularity::Layer, None);
+        let (got, got_losses) = run(&net, Granularity::Op, None);
+        assert_eq!(got_losses, losses, "{}: losses differ", net.name());
+        assert!(
+            got == want,
+            "{}: parameters differ from the layer graph's",
+            net.name()
+        );
+    }
+}
+
+#[test]
+fn op_level_plans_that_recompute_train_bitwise_identically() {
+    let _serial = serial();
+    for net in [small_cnn(), zoo("vgg16", 2, 32), zoo("resnet50", 1, 32)] {
+        let exec = Executor::new(
+            net.clone(),
+            &config(Granularity::Op),
+            &Device::Cpu,
+            DType::F32,
+            7,
+        )
+        .unwrap();
+        let g = exec.graph().clone();
+        let (want, losses) = run(&net, Granularity::Op, None);
+        let all = strategy_by_name("checkpoint-all").unwrap();
+        let full = solve(&g, all.as_ref(), u64::MAX, &SolveOptions::default())
+            .unwrap()
+            .peak_bytes()
+            .unwrap();
+        let mut recomputed = 0;
+        for strategy in ["chen-sqrtn", "lp-round"] {
+            let s = strategy_by_name(strategy).unwrap();
+            let options = SolveOptions {
+                time_limit: Some(std::time::Duration::from_secs(5)),
+                ..SolveOptions::default()
+            };
+            let plan = (4..=40)
+                .map(|k| full * k / 20)
+                .find_map(|b| solve(&g, s.as_ref(), b, &options).ok().and_then(|s| s.plan))
+                .unwrap();
+            if plan.compute_count() > g.len() {
+                recomputed += 1;
+            }
+            let (got, got_losses) = run(&net, Granularity::Op, Some(&plan));
+            assert_eq!(got_losses, losses, "{} {strategy}", net.name());
+            assert!(got == want, "{} {strategy}: parameters differ", net.name());
+        }
+        assert!(
+            recomputed > 0,
+            "{}: nothing recomputed, the test proves nothing",
+            net.name()
+        );
+    }
+}
+
+/// Every node of an operator-level graph allocates what it models, within 1 MiB (gemm's packing
+/// and candle's small temporaries).
+#[test]
+fn every_op_node_allocates_what_it_models() {
+    let _serial = serial();
+    heap::warm_up_cpu().unwrap();
+    let mut checked = 0;
+    for net in [
+        small_cnn(),
+        zoo("vgg16", 4, 32),
+        zoo("resnet50", 2, 32),
+        zoo("mobilenet", 2, 32),
+        zoo("unet", 1, 64),
+    ] {
+        let name = net.name().to_string();
+        let mut exec =
+            Executor::new(net, &config(Granularity::Op), &Device::Cpu, DType::F32, 1).unwrap();
+        let g = exec.graph().clone();
+        let all = Plan::new((0..g.len()).map(Step::Compute).collect());
+        let data = SyntheticData::new(&exec, 0.1, 2).unwrap();
+        let mut opt = Optimizer::new(OptimizerKind::sgd(0.01)).unwrap();
+        exec.run_plan(&all, &data.batch(&exec, 0).unwrap()).unwrap();
+        opt.step(&mut exec).unwrap();
+        let report = exec.run_plan(&all, &data.batch(&exec, 1).unwrap()).unwrap();
+        for (k, step) in all.steps.iter().enumerate() {
+            let Step::Compute(v) = *step else { continue };
+            let seen = report.heap_during_step[k] as i64 + g.static_bytes() as i64;
+            let modelled = report.heap_modelled[k] as i64;
+            assert!(
+                (seen - modelled).abs() <= 1 << 20,
+                "{name}: {} allocated {seen}, modelled {modelled} (output {}, workspace {})",
+                g.label(v),
+                g.node(v).bytes,
+                g.node(v).workspace_bytes
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 400, "only {checked} nodes checked");
+}
