@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use checkmate_executor::{params_checksum, BatchSource, Dataset, Executor, Optimizer, StepReport};
 use checkmate_graph::{format_bytes, simulate, Budget, Graph, Plan, PlanFile, Simulation};
+use checkmate_models::{Granularity, TrainingConfig};
 use checkmate_solver::{solve, strategy_by_name};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -299,7 +300,9 @@ fn progress_bar(len: u64, label: &str) -> ProgressBar {
 }
 
 /// Runs `checkmate train`.
-pub fn run(args: TrainArgs) -> Result<()> {
+pub fn run(mut args: TrainArgs) -> Result<()> {
+    // Operator-level graphs by default: the plans that save the most (docs/OP_GRAPHS.md).
+    args.model.granularity.get_or_insert(Granularity::Op);
     let name = args
         .model
         .model
@@ -310,6 +313,15 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let net = checkmate_models::model_by_name(&name, &args.model.model_config()?)?;
     let training = args.model.training_config()?;
     let new_exec = || Executor::new(net.clone(), &training, &device, DType::F32, args.seed);
+    // The reference a user compares with is checkpoint-all of the layer graph (what training
+    // without any of this holds): at operator level its steps run on the layer graph, FLOP
+    // costs (only its heap, time and weights are reported).
+    let op_level = training.granularity == Granularity::Op;
+    let layer_training = TrainingConfig {
+        granularity: Granularity::Layer,
+        costs: checkmate_models::Costs::Flops,
+        ..training.clone()
+    };
     if device.is_cpu() {
         // gemm's per-thread buffers live as long as the process: part of the baseline.
         heap::warm_up_cpu()?;
@@ -347,9 +359,17 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let mut baseline: Option<Run> = None;
     if baseline_steps > 0 {
         let bar = progress_bar(baseline_steps, "checkpoint-all");
+        let (mut base_exec, base_plan) = if op_level {
+            drop(exec);
+            let e = Executor::new(net.clone(), &layer_training, &device, DType::F32, args.seed)?;
+            let plan = checkpoint_all_plan(e.graph())?;
+            (e, plan)
+        } else {
+            (exec, baseline_plan.clone())
+        };
         baseline = Some(run_steps(
-            &mut exec,
-            &baseline_plan,
+            &mut base_exec,
+            &base_plan,
             &data,
             &mut Optimizer::new(kind)?,
             baseline_steps,
@@ -359,7 +379,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             false,
         )?);
         bar.finish_and_clear();
-        drop(exec);
+        drop(base_exec);
         exec = new_exec()?;
     }
 
@@ -426,6 +446,12 @@ fn report(
     checksum: u64,
 ) {
     let losses: Vec<f64> = run.reports.iter().map(|r| r.loss).collect();
+    let granularity = args.model.granularity.unwrap_or_default();
+    // At operator level the reference steps are checkpoint-all of the layer graph.
+    let reference = match granularity {
+        Granularity::Op => "checkpoint-all (layer graph)",
+        Granularity::Layer => "checkpoint-all",
+    };
     let measured_peak = run
         .reports
         .iter()
@@ -468,6 +494,8 @@ fn report(
             "device": args.device,
             "strategy": chosen.strategy,
             "status": chosen.status,
+            "granularity": granularity.name(),
+            "baseline_granularity": "layer",
             "steps": args.steps,
             "losses": losses,
             "step_seconds": run.step_seconds,
@@ -543,7 +571,7 @@ fn report(
     );
     if let Some(b) = &baseline {
         println!(
-            "             checkpoint-all heap peak {} (its reference steps run without the cap)",
+            "             {reference} heap peak {} (its reference steps run without the cap)",
             format_bytes(b.heap_peak)
         );
     }
@@ -558,7 +586,7 @@ fn report(
             }
         };
         println!(
-            "heap         checkpoint-all {} ({} the budget) -> plan {} ({} the budget): {} less",
+            "heap         {reference} {} ({} the budget) -> plan {} ({} the budget): {} less",
             format_bytes(b.heap_peak_with_update),
             side(b.heap_peak_with_update),
             format_bytes(with_update),
@@ -606,18 +634,18 @@ fn report(
     }
     match (measured_overhead, base_time) {
         (Some(o), Some(b)) => println!(
-            "             measured overhead {:+.1}% vs checkpoint-all ({b:.3} s per step)",
+            "             measured overhead {:+.1}% vs {reference} ({b:.3} s per step)",
             100.0 * (o - 1.0)
         ),
         _ => println!("             (no checkpoint-all baseline run: --baseline-steps 0)"),
     }
     match params_match {
         Some(true) => println!(
-            "weights      bitwise equal to checkpoint-all after {} steps; checksum {checksum:016x}",
+            "weights      bitwise equal to {reference} after {} steps; checksum {checksum:016x}",
             args.baseline_steps.min(args.steps)
         ),
         Some(false) => println!(
-            "weights      DIFFER from checkpoint-all after {} steps; checksum {checksum:016x}",
+            "weights      DIFFER from {reference} after {} steps; checksum {checksum:016x}",
             args.baseline_steps.min(args.steps)
         ),
         None => println!("weights      checksum {checksum:016x}"),
