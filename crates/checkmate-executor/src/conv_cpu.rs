@@ -376,6 +376,19 @@ pub enum ReluMask<'a> {
     Bits(&'a Tensor),
 }
 
+/// The gradient of a convolution's output arriving through a max pooling with non-overlapping
+/// windows (operator level, docs/OP_GRAPHS.md): the pooled gradient `dy` (the pooling's output
+/// shape) and the winners of [`crate::kernels::max_pool2d_indices`]; element `(y, x)` of the
+/// convolution's output gets `dy[y / ph, x / pw]` where it won its window, 0 elsewhere, formed
+/// chunk by chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct Pooled<'a> {
+    /// The winners, `u8` in the pooling's output shape.
+    pub indices: &'a Tensor,
+    /// Window (and stride) `[ph, pw]`.
+    pub window: [usize; 2],
+}
+
 /// A [`ReluMask`]'s elements.
 enum MaskSlice<'a, T> {
     Values(&'a [T]),
@@ -392,18 +405,55 @@ impl<T: WithDType> MaskSlice<'_, T> {
     }
 }
 
+/// A [`Pooled`] gradient's elements and geometry.
+struct PooledSlice<'a> {
+    indices: &'a [u8],
+    window: [usize; 2],
+    /// The pooling's output rows and columns.
+    out: [usize; 2],
+}
+
 /// Upstream-gradient rows of one chunk: `dY` itself, or `dY` masked by a fused ReLU (`at` is the
-/// index of `gy[0]` in the whole gradient) copied into a buffer of `opg * rows` elements.
+/// index of `gy[0]` in the whole gradient) copied into a buffer of `opg * rows` elements. With
+/// `pooled`, `gy` is the whole pooled gradient and each element is expanded from its window
+/// first (`0 + g`, as max pooling's own backward adds it onto zeros).
 fn masked_rows<'a, T: WithDType>(
     gy: &'a [T],
     mask: Option<(&MaskSlice<'_, T>, usize)>,
-    (opg, positions, p0, rows): (usize, usize, usize, usize),
+    pooled: Option<(&PooledSlice<'_>, usize)>,
+    (opg, positions, p0, rows, ow): (usize, usize, usize, usize, usize),
     buf: &'a mut [T],
 ) -> (&'a [T], usize) {
+    let zero = T::from_f64(0.0);
+    if let Some((pl, at)) = pooled {
+        let [ph, pw] = pl.window;
+        let [poh, pow] = pl.out;
+        // `at` is the first element of channel plane `at / positions`.
+        let plane0 = at / positions.max(1);
+        for o in 0..opg {
+            let plane = plane0 + o;
+            for (r, slot) in buf[o * rows..(o + 1) * rows].iter_mut().enumerate() {
+                let p = p0 + r;
+                let (y, x) = (p / ow, p % ow);
+                let (py, px) = (y / ph, x / pw);
+                let passes = mask.is_none_or(|(m, _)| m.passes(at + o * positions + p));
+                *slot = if passes && py < poh && px < pow {
+                    let q = (plane * poh + py) * pow + px;
+                    if pl.indices[q] as usize == (y % ph) * pw + x % pw {
+                        zero + gy[q]
+                    } else {
+                        zero
+                    }
+                } else {
+                    zero
+                };
+            }
+        }
+        return (&buf[..opg * rows], rows);
+    }
     let Some((m, at)) = mask else {
         return (&gy[p0..], positions);
     };
-    let zero = T::from_f64(0.0);
     for o in 0..opg {
         let base = o * positions + p0;
         let src = &gy[base..];
@@ -424,11 +474,33 @@ fn backward_typed<T: WithDType>(
     w: &Tensor,
     dy: &Tensor,
     relu: Option<ReluMask<'_>>,
+    pooled: Option<Pooled<'_>>,
     geo: &Geom,
     need_dx: bool,
     need_dw: bool,
 ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     let positions = geo.oh * geo.ow;
+    let out_dims = [geo.n, geo.cout, geo.oh, geo.ow];
+    let pooled_out = match pooled {
+        Some(p) => {
+            let [ph, pw] = p.window;
+            let want = [geo.n, geo.cout, geo.oh / ph.max(1), geo.ow / pw.max(1)];
+            if ph == 0 || pw == 0 || dy.dims() != want || p.indices.dims() != want {
+                candle_core::bail!(
+                    "conv_cpu: pooled gradient {:?} and indices {:?} do not fit output \
+                     {out_dims:?} pooled by {:?}",
+                    dy.dims(),
+                    p.indices.dims(),
+                    p.window
+                )
+            }
+            Some([want[2], want[3]])
+        }
+        None if dy.dims() != out_dims => {
+            candle_core::bail!("conv_cpu: gradient {:?} for output {out_dims:?}", dy.dims())
+        }
+        None => None,
+    };
     let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
     let x = match x {
         Some(x) => Some(x),
@@ -444,22 +516,33 @@ fn backward_typed<T: WithDType>(
     } else {
         Vec::new()
     };
+    let out_elems: usize = out_dims.iter().product();
     match relu {
-        Some(ReluMask::Output(y)) if y.dims() != dy.dims() => {
+        Some(ReluMask::Output(y)) if y.dims() != out_dims => {
             candle_core::bail!(
-                "conv_cpu: ReLU output {:?} for gradient {:?}",
-                y.dims(),
-                dy.dims()
+                "conv_cpu: ReLU output {:?} for output {out_dims:?}",
+                y.dims()
             )
         }
-        Some(ReluMask::Bits(m)) => crate::saved_cpu::check_mask(dy, m)?,
+        Some(ReluMask::Bits(m))
+            if m.dtype() != DType::U8 || m.elem_count() != out_elems.div_ceil(8) =>
+        {
+            candle_core::bail!(
+                "conv_cpu: mask of {} bytes for output {out_dims:?}",
+                m.elem_count()
+            )
+        }
         _ => {}
     }
-    let mut body = |xs: Option<&[T]>, ws: &[T], gs: &[T], ys: Option<MaskSlice<'_, T>>| {
+    let mut body = |xs: Option<&[T]>,
+                    ws: &[T],
+                    gs: &[T],
+                    ys: Option<MaskSlice<'_, T>>,
+                    pl: Option<PooledSlice<'_>>| {
         let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
         let mut gbuf = vec![
             T::from_f64(0.0);
-            if ys.is_some() {
+            if ys.is_some() || pl.is_some() {
                 masked_elems(geo, elem)
             } else {
                 0
@@ -471,12 +554,12 @@ fn backward_typed<T: WithDType>(
                 let wg = &ws[g * opg * k_len..];
                 let at = (s * geo.cout + g * opg) * positions;
                 for (p0, rows) in geo.chunks(elem) {
-                    let (gy, stride) = masked_rows(
-                        &gs[at..],
-                        ys.as_ref().map(|m| (m, at)),
-                        (opg, positions, p0, rows),
-                        &mut gbuf,
-                    );
+                    let geometry = (opg, positions, p0, rows, geo.ow);
+                    let mask = ys.as_ref().map(|m| (m, at));
+                    let (gy, stride) = match &pl {
+                        Some(pl) => masked_rows(gs, mask, Some((pl, at)), geometry, &mut gbuf),
+                        None => masked_rows(&gs[at..], mask, None, geometry, &mut gbuf),
+                    };
                     if need_db {
                         // Bias gradient of the masked rows, channel by channel in a fixed order.
                         for o in 0..opg {
@@ -509,14 +592,27 @@ fn backward_typed<T: WithDType>(
         }
         Ok(())
     };
+    let mut with_pool = |xs: Option<&[T]>, ws: &[T], gs: &[T], ys: Option<MaskSlice<'_, T>>| match (
+        pooled, pooled_out,
+    ) {
+        (Some(p), Some(out)) => with_slice::<u8, _>(p.indices, |indices| {
+            let pl = PooledSlice {
+                indices,
+                window: p.window,
+                out,
+            };
+            body(xs, ws, gs, ys, Some(pl))
+        }),
+        _ => body(xs, ws, gs, ys, None),
+    };
     let mut with_mask = |xs: Option<&[T]>, ws: &[T], gs: &[T]| match relu {
         Some(ReluMask::Output(y)) => {
-            with_slice::<T, _>(y, |ys| body(xs, ws, gs, Some(MaskSlice::Values(ys))))
+            with_slice::<T, _>(y, |ys| with_pool(xs, ws, gs, Some(MaskSlice::Values(ys))))
         }
         Some(ReluMask::Bits(m)) => {
-            with_slice::<u8, _>(m, |bits| body(xs, ws, gs, Some(MaskSlice::Bits(bits))))
+            with_slice::<u8, _>(m, |bits| with_pool(xs, ws, gs, Some(MaskSlice::Bits(bits))))
         }
-        None => body(xs, ws, gs, None),
+        None => with_pool(xs, ws, gs, None),
     };
     with_slice::<T, _>(w, |ws| {
         with_slice::<T, _>(dy, |gs| match x {
@@ -561,8 +657,8 @@ pub fn backward(
     need_dw: bool,
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let (dx, dw, _) = match x.dtype() {
-        DType::F32 => backward_typed::<f32>(Some(x), w, dy, None, geo, need_dx, need_dw)?,
-        DType::F64 => backward_typed::<f64>(Some(x), w, dy, None, geo, need_dx, need_dw)?,
+        DType::F32 => backward_typed::<f32>(Some(x), w, dy, None, None, geo, need_dx, need_dw)?,
+        DType::F64 => backward_typed::<f64>(Some(x), w, dy, None, None, geo, need_dx, need_dw)?,
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     };
     Ok((dx, dw))
@@ -571,20 +667,23 @@ pub fn backward(
 /// [`backward`] of a convolution followed by ReLU, from the gradient `dy` of the ReLU's output:
 /// the ReLU mask (its output `y > 0`, or packed bits) is applied chunk by chunk ([`masked_elems`]
 /// more scratch, instead of a masked copy of the whole gradient). Returns `(dx, dW, db)`; `db`
-/// sums the masked gradient and comes with `dW`. The input `x` is needed only for `dW`.
+/// sums the masked gradient and comes with `dW`. The input `x` is needed only for `dW`; with
+/// `pooled`, `dy` is the gradient of the max pooling that reads the ReLU's output.
 #[allow(clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 pub fn backward_relu(
     x: Option<&Tensor>,
     w: &Tensor,
     mask: ReluMask<'_>,
+    pooled: Option<Pooled<'_>>,
     dy: &Tensor,
     geo: &Geom,
     need_dx: bool,
     need_dw: bool,
 ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     match dy.dtype() {
-        DType::F32 => backward_typed::<f32>(x, w, dy, Some(mask), geo, need_dx, need_dw),
-        DType::F64 => backward_typed::<f64>(x, w, dy, Some(mask), geo, need_dx, need_dw),
+        DType::F32 => backward_typed::<f32>(x, w, dy, Some(mask), pooled, geo, need_dx, need_dw),
+        DType::F64 => backward_typed::<f64>(x, w, dy, Some(mask), pooled, geo, need_dx, need_dw),
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     }
 }
@@ -593,8 +692,8 @@ pub fn backward_relu(
 /// not read).
 pub fn backward_data(w: &Tensor, dy: &Tensor, geo: &Geom) -> Result<Tensor> {
     let (dx, _, _) = match dy.dtype() {
-        DType::F32 => backward_typed::<f32>(None, w, dy, None, geo, true, false)?,
-        DType::F64 => backward_typed::<f64>(None, w, dy, None, geo, true, false)?,
+        DType::F32 => backward_typed::<f32>(None, w, dy, None, None, geo, true, false)?,
+        DType::F64 => backward_typed::<f64>(None, w, dy, None, None, geo, true, false)?,
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     };
     dx.ok_or_else(|| candle_core::Error::Msg("conv_cpu: no input gradient".into()))

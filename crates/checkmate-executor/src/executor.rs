@@ -737,6 +737,19 @@ impl Executor {
             Some((m, SavedKind::ActivationMask)) => Some(m),
             _ => None,
         };
+        // Operator level: the gradient arrives through a max pooling this node expands itself.
+        let pooled = match bn.pooled {
+            Some((p, node)) => {
+                let Op::MaxPool2d(pool) = &self.net.layer(p).op else {
+                    return Err(self.unsupported(p, "fused pooling that does not pool"));
+                };
+                Some(crate::conv_cpu::Pooled {
+                    indices: self.reg(regs, node, 0, step, v)?,
+                    window: pool.pool,
+                })
+            }
+            None => None,
+        };
         // Upstream gradient of the output, summed in the graph's fixed order.
         let mut parts = Vec::new();
         let mut from_loss = false;
@@ -856,6 +869,7 @@ impl Executor {
                     &x_dims,
                     w,
                     relu_mask,
+                    pooled,
                     &g,
                     c,
                     part == Part::Inputs,
@@ -889,6 +903,7 @@ impl Executor {
                         &x_dims,
                         w,
                         Some(bits),
+                        pooled,
                         &g,
                         c,
                         need(0),

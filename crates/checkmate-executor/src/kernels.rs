@@ -507,7 +507,8 @@ pub fn conv2d_backward_relu(
     if conv_cpu::applies(x) && y.dims() == g.dims() && y.dtype() == x.dtype() {
         let geo = ConvGeom::for_grad(x, w, c, g)?.chunked();
         let relu = conv_cpu::ReluMask::Output(y);
-        let (dx, dw, db) = conv_cpu::backward_relu(Some(x), w, relu, g, &geo, need_dx, need_dw)?;
+        let (dx, dw, db) =
+            conv_cpu::backward_relu(Some(x), w, relu, None, g, &geo, need_dx, need_dw)?;
         return Ok((dx, dw, if bias { db } else { None }));
     }
     let g = activation_backward(Some(x), y, g, Activation::Relu, 1)?;
@@ -517,13 +518,15 @@ pub fn conv2d_backward_relu(
 /// Operator-level gradients of a convolution (CPU, f32/f64 only): the input gradient alone
 /// (`x` may be `None`, `x_dims` gives its shape) or the kernel and bias gradients alone (`x`
 /// needed), from the gradient `g` of the output of its fused ReLU, masked by `relu` (packed bits
-/// or the ReLU's output), or of its output when it has no activation.
+/// or the ReLU's output), or of its output when it has no activation. With `pooled`, `g` is the
+/// gradient of the max pooling that reads the ReLU's output, expanded chunk by chunk.
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn conv2d_backward_split(
     x: Option<&Tensor>,
     x_dims: &[usize],
     w: &Tensor,
     relu: Option<conv_cpu::ReluMask<'_>>,
+    pooled: Option<conv_cpu::Pooled<'_>>,
     g: &Tensor,
     c: &Conv2d,
     need_dx: bool,
@@ -533,14 +536,18 @@ pub fn conv2d_backward_split(
         candle_core::bail!("operator-level convolution gradients run on the CPU (f32, f64) only")
     }
     let geo = ConvGeom::of_dims(x_dims, w, c)?;
-    if g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
+    if pooled.is_none() && g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
         candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
     }
     let geo = geo.chunked();
     match relu {
         Some(mask) => {
-            let (dx, dw, db) = conv_cpu::backward_relu(x, w, mask, g, &geo, need_dx, need_dw)?;
+            let (dx, dw, db) =
+                conv_cpu::backward_relu(x, w, mask, pooled, g, &geo, need_dx, need_dw)?;
             Ok((dx, dw, if c.bias { db } else { None }))
+        }
+        None if pooled.is_some() => {
+            candle_core::bail!("a pooled gradient needs the convolution's fused ReLU")
         }
         None => {
             let db = if c.bias && need_dw {

@@ -64,6 +64,34 @@ fn small_cnn() -> Network {
     b.finish(d, 1).unwrap()
 }
 
+/// A convolution whose only consumer is a max pooling its gradient kernels expand (7x7 pooled
+/// by 2: the last row and column are in no window), twice, as in VGG.
+fn pooled_cnn() -> Network {
+    let mut b = NetworkBuilder::new("pooled", Shape::new([2, 3, 7, 7]));
+    let c1 = b
+        .layer(
+            "conv1",
+            Op::Conv2d(Conv2d::new(4, 3).same().relu()),
+            b.input(),
+        )
+        .unwrap();
+    let c2 = b
+        .layer("conv2", Op::Conv2d(Conv2d::new(4, 3).same().relu()), c1)
+        .unwrap();
+    let p = b
+        .layer("pool", Op::MaxPool2d(Pool2d::new(2, 2)), c2)
+        .unwrap();
+    let c3 = b
+        .layer("conv3", Op::Conv2d(Conv2d::new(5, 2).relu()), p)
+        .unwrap();
+    let p2 = b
+        .layer("pool2", Op::MaxPool2d(Pool2d::new(2, 2)), c3)
+        .unwrap();
+    let f = b.layer("flatten", Op::Flatten, p2).unwrap();
+    let d = b.layer("logits", Op::Dense(Dense::new(3)), f).unwrap();
+    b.finish(d, 1).unwrap()
+}
+
 fn zoo(model: &str, batch: usize, image: usize) -> Network {
     let mut c = ModelConfig::new(batch).with_classes(10);
     c.image_size = Some(ImageSize::square(image));
@@ -145,7 +173,18 @@ fn op_graphs_have_masks_indices_and_split_gradients() {
 #[test]
 fn op_graphs_train_bitwise_like_layer_graphs() {
     let _serial = serial();
+    let pooled = pooled_cnn();
+    let tg = pooled.training_graph(&config(Granularity::Op)).unwrap();
+    assert_eq!(
+        tg.backward
+            .iter()
+            .flatten()
+            .filter(|b| b.pooled.is_some())
+            .count(),
+        2
+    );
     let nets = [
+        pooled,
         small_cnn(),
         zoo("vgg16", 2, 32),
         zoo("resnet50", 2, 32),
@@ -167,7 +206,12 @@ fn op_graphs_train_bitwise_like_layer_graphs() {
 #[test]
 fn op_level_plans_that_recompute_train_bitwise_identically() {
     let _serial = serial();
-    for net in [small_cnn(), zoo("vgg16", 2, 32), zoo("resnet50", 1, 32)] {
+    for net in [
+        small_cnn(),
+        pooled_cnn(),
+        zoo("vgg16", 2, 32),
+        zoo("resnet50", 1, 32),
+    ] {
         let exec = Executor::new(
             net.clone(),
             &config(Granularity::Op),
@@ -218,6 +262,7 @@ fn every_op_node_allocates_what_it_models() {
     let mut checked = 0;
     for net in [
         small_cnn(),
+        pooled_cnn(),
         zoo("vgg16", 4, 32),
         zoo("resnet50", 2, 32),
         zoo("mobilenet", 2, 32),

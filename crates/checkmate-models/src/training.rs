@@ -158,6 +158,12 @@ pub struct BackwardNode {
     /// Operator level: the node computing the layer's parameter gradients (reading `reads` and
     /// the upstream gradient); then `node` computes input gradients only and reads no inputs.
     pub weight_node: Option<NodeIdx>,
+    /// Operator level: the max pooling (non-overlapping windows) that is this convolution's only
+    /// consumer and whose gradient this layer's gradient kernels form themselves, chunk by
+    /// chunk, from the pooling's upstream gradient and winners: the pooling has no backward
+    /// node, `upstream` is the pooling's, and the full-size gradient of this layer's output is
+    /// never held. With the pooling's winners node ([`NodeRole::Saved`], read by this node).
+    pub pooled: Option<(LayerId, NodeIdx)>,
 }
 
 /// Static memory of a training step, in bytes: never freed, not part of any plan.
@@ -199,7 +205,8 @@ pub struct TrainingGraph {
     /// Role of each node, by node index.
     pub roles: Vec<NodeRole>,
     /// Per layer, its backward node (`None` when the layer needs no gradient: no parameter at or
-    /// before it, e.g. a padding of the input image).
+    /// before it, e.g. a padding of the input image; or, at operator level, for a max pooling
+    /// whose gradient its input convolution's kernels form, [`BackwardNode::pooled`]).
     pub backward: Vec<Option<BackwardNode>>,
     /// The loss node.
     pub loss_node: NodeIdx,
@@ -259,6 +266,34 @@ impl Network {
         }
     }
 
+    /// The max pooling whose gradient operator granularity forms inside the gradient kernels of
+    /// convolution `id`: `id` is a convolution with a fused ReLU whose only consumer is a max
+    /// pooling with non-overlapping, unpadded windows (neither feeding the loss).
+    fn pool_after(&self, id: LayerId) -> Option<LayerId> {
+        let l = self.layer(id);
+        let loss = self.loss().input;
+        if id == loss
+            || !matches!(l.op, Op::Conv2d(_))
+            || l.op.activation() != Activation::Relu
+            || l.output.shape.rank() != 4
+        {
+            return None;
+        }
+        let &[(p, 0)] = self.consumers(id) else {
+            return None;
+        };
+        let pl = self.layer(p);
+        let Op::MaxPool2d(pool) = &pl.op else {
+            return None;
+        };
+        let hw = [l.output.shape.dim(2), l.output.shape.dim(3)];
+        let fits = pool.pool == pool.stride
+            && pool.padding_for(hw) == [0; 4]
+            && pool.pool[0] * pool.pool[1] < 255
+            && p != loss;
+        fits.then_some(p)
+    }
+
     /// Builds the training graph: one forward node per layer, the loss, and one backward node per
     /// layer that needs a gradient, with the dependencies and sizes described in docs/MODELS.md;
     /// at [`Granularity::Op`] also the saved-state and parameter-gradient nodes of
@@ -293,6 +328,22 @@ impl Network {
                         .any(|t| matches!(t, TensorRef::Layer(p) if needs[*p]))
             })
             .collect();
+        // Convolution -> the pooling whose gradient its kernels form; the pooling's backward node
+        // goes.
+        let pooled: Vec<Option<LayerId>> = (0..n_layers)
+            .map(|id| {
+                if op_level && needs[id] {
+                    self.pool_after(id)
+                        .filter(|&p| saved_kind[p] == Some(SavedKind::PoolIndex))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut fused_pool = vec![false; n_layers];
+        for p in pooled.iter().flatten() {
+            fused_pool[*p] = true;
+        }
         let mut next = 0;
         let mut forward = vec![0; n_layers];
         let mut saved_node = vec![None; n_layers];
@@ -309,7 +360,7 @@ impl Network {
         let mut node_of = vec![usize::MAX; n_layers];
         let mut weight_node = vec![None; n_layers];
         for id in (0..n_layers).rev() {
-            if needs[id] {
+            if needs[id] && !fused_pool[id] {
                 if split[id] {
                     weight_node[id] = Some(next);
                     next += 1;
@@ -396,7 +447,7 @@ impl Network {
 
         let mut backward: Vec<Option<BackwardNode>> = vec![None; n_layers];
         for id in (0..n_layers).rev() {
-            if !needs[id] {
+            if !needs[id] || fused_pool[id] {
                 continue;
             }
             let l = &layers[id];
@@ -407,8 +458,10 @@ impl Network {
                 .collect();
             let any_input_grad = input_grads.iter().any(|&g| g);
             let feeds_loss = id == loss.input;
+            // A fused pooling's gradient comes from the pooling's consumers.
+            let grad_of = pooled[id].unwrap_or(id);
             let mut upstream: Vec<GradSource> = self
-                .consumers(id)
+                .consumers(grad_of)
                 .iter()
                 .map(|&(layer, slot)| GradSource::Layer { layer, slot })
                 .collect();
@@ -438,6 +491,9 @@ impl Network {
                 })
                 .collect();
             if let Some((s, _)) = saved {
+                upstream_deps.push(s as u64);
+            }
+            if let Some(s) = pooled[id].and_then(|p| saved_node[p]) {
                 upstream_deps.push(s as u64);
             }
             let bytes = if !any_input_grad {
@@ -471,10 +527,26 @@ impl Network {
                 && !loss.from_logits;
             let upstream_temp =
                 (upstream.len() > 1 || fused_activation || feeds_loss) && !loss_grad_is_output;
-            let extra = (upstream.len().saturating_sub(1)) as f64 * out_elems
-                + if feeds_loss { 3.0 * out_elems } else { 0.0 };
+            // The summed upstream gradient of a fused pooling has the pooling's size.
+            let upstream_bytes = match pooled[id] {
+                Some(p) => layers[p].output_bytes(),
+                None => l.output_bytes(),
+            };
+            // Expanding the pooled gradient: what the pooling's backward did.
+            let pool_cost = pooled[id].map_or(0.0, |p| {
+                let pl = &layers[p];
+                pl.op
+                    .backward_flops(&pl.input_types, &pl.output.shape, true)
+            });
+            let upstream_elems = match pooled[id] {
+                Some(p) => layers[p].output.shape.elements() as f64,
+                None => out_elems,
+            };
+            let extra = (upstream.len().saturating_sub(1)) as f64 * upstream_elems
+                + if feeds_loss { 3.0 * out_elems } else { 0.0 }
+                + pool_cost;
             let ws = workspace(
-                if upstream_temp { l.output_bytes() } else { 0 }
+                if upstream_temp { upstream_bytes } else { 0 }
                     + l.op.backward_workspace(&l.input_types, &l.output.shape),
             );
             let full_cost =
@@ -527,6 +599,7 @@ impl Network {
                 reads,
                 saved,
                 weight_node: weight_node[id],
+                pooled: pooled[id].and_then(|p| Some((p, saved_node[p]?))),
             });
         }
         let mut specs: Vec<NodeSpec> = specs.into_iter().flatten().collect();

@@ -452,7 +452,18 @@ fn op_level_invariants_hold_for_every_model() {
                         SavedKind::PoolIndex => elems,
                     };
                     assert_eq!(n.bytes, want, "{m}: {}", n.name);
-                    assert_eq!(t.backward[l].as_ref().unwrap().saved, Some((i, kind)));
+                    match &t.backward[l] {
+                        Some(b) => assert_eq!(b.saved, Some((i, kind))),
+                        // A pooling whose gradient its convolution forms.
+                        None => assert!(
+                            t.backward
+                                .iter()
+                                .flatten()
+                                .any(|b| b.pooled == Some((l, i))),
+                            "{m}: {} read by nobody",
+                            n.name
+                        ),
+                    }
                 }
                 NodeRole::WeightGrad(l) => {
                     let b = t.backward[l].as_ref().unwrap();
@@ -478,24 +489,71 @@ fn vgg16_op_level_dependencies() {
         ..TrainingConfig::default()
     };
     let g = build_training_graph("vgg16", &ModelConfig::new(4), &op).unwrap();
-    // The input gradient reads the upstream gradient and the 1-bit mask, not a tensor.
+    // The input gradient reads the 1-bit mask and, through the pooling it expands itself, the
+    // pooling's winners (a byte per window) and upstream gradient: no full-size tensor.
     assert_eq!(
         deps(&g, "block1_conv2_backward"),
-        set(&["block1_conv2_mask", "block1_pool_backward"])
+        set(&[
+            "block1_conv2_mask",
+            "block1_pool_indices",
+            "block2_conv1_backward"
+        ])
     );
     // The kernel gradient also reads the layer's input.
     assert_eq!(
         deps(&g, "block1_conv2_backward_weight"),
-        set(&["block1_conv1", "block1_conv2_mask", "block1_pool_backward"])
+        set(&[
+            "block1_conv1",
+            "block1_conv2_mask",
+            "block1_pool_indices",
+            "block2_conv1_backward"
+        ])
     );
-    // Max pooling's gradient reads its winners (a byte per window), not its input.
-    assert_eq!(
-        deps(&g, "block1_pool_backward"),
-        set(&["block1_pool_indices", "block2_conv1_backward"])
-    );
+    assert!(g.nodes().iter().all(|n| n.name != "block1_pool_backward"));
     assert_eq!(deps(&g, "block1_pool_indices"), set(&["block1_conv2"]));
+
     assert_eq!(deps(&g, "block1_conv2_mask"), set(&["block1_conv2"]));
     let y = node(&g, "block1_conv2").bytes;
     assert_eq!(node(&g, "block1_conv2_mask").bytes, y / 32);
     assert_eq!(node(&g, "block1_pool_indices").bytes, y / 16);
+    // Without the fusion (the pooling's input also feeds another layer) the pooling's gradient
+    // reads its winners, not its input.
+    let mut b =
+        checkmate_models::NetworkBuilder::new("pool", checkmate_models::Shape::new([2, 3, 8, 8]));
+    let c = b
+        .layer(
+            "conv",
+            checkmate_models::Op::Conv2d(checkmate_models::Conv2d::new(4, 3).same().relu()),
+            b.input(),
+        )
+        .unwrap();
+    let p = b
+        .layer(
+            "pool",
+            checkmate_models::Op::MaxPool2d(checkmate_models::Pool2d::new(2, 2)),
+            c,
+        )
+        .unwrap();
+    let s = b
+        .layer(
+            "skip",
+            checkmate_models::Op::UpSampling2d { scale: [2, 2] },
+            p,
+        )
+        .unwrap();
+    let sum = b.add("sum", checkmate_models::Op::Add, &[c, s]).unwrap();
+    let f = b.layer("flat", checkmate_models::Op::Flatten, sum).unwrap();
+    let d = b
+        .layer(
+            "logits",
+            checkmate_models::Op::Dense(checkmate_models::Dense::new(3)),
+            f,
+        )
+        .unwrap();
+    let net = b.finish(d, 1).unwrap();
+    let g = net.training_graph(&op).unwrap().graph;
+    assert_eq!(
+        deps(&g, "pool_backward"),
+        set(&["pool_indices", "skip_backward"])
+    );
 }
