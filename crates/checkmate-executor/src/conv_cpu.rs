@@ -436,7 +436,7 @@ fn masked_rows<'a, T: WithDType>(
                 let p = p0 + r;
                 let (y, x) = (p / ow, p % ow);
                 let (py, px) = (y / ph, x / pw);
-                let passes = mask.is_none_or(|(m, _)| m.passes(at + o * positions + p));
+                let passes = mask.map_or(true, |(m, _)| m.passes(at + o * positions + p));
                 *slot = if passes && py < poh && px < pow {
                     let q = (plane * poh + py) * pow + px;
                     if pl.indices[q] as usize == (y % ph) * pw + x % pw {
@@ -468,7 +468,7 @@ fn masked_rows<'a, T: WithDType>(
     (&buf[..opg * rows], rows)
 }
 
-#[allow(clippy::type_complexity)]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 fn backward_typed<T: WithDType>(
     x: Option<&Tensor>,
     w: &Tensor,
