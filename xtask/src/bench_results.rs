@@ -939,6 +939,11 @@ fn render(ctx: &Ctx) -> Result<()> {
     render_train(&mut md, ctx.load("train").as_ref())?;
     render_plan(&mut md, ctx.load("plan").as_ref())?;
     let path = ctx.root.join("docs/RESULTS.md");
+    // Section 7 comes from `cargo xtask bench op`: kept as it is.
+    if let Some(op) = crate::bench_op::section(&path) {
+        md.push('\n');
+        md.push_str(&op);
+    }
     std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))
 }
 

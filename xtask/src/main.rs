@@ -10,6 +10,8 @@ mod bench_limits;
 #[cfg(feature = "bench")]
 mod bench_memory;
 #[cfg(feature = "bench")]
+mod bench_op;
+#[cfg(feature = "bench")]
 mod bench_plots;
 #[cfg(feature = "bench")]
 mod bench_results;
@@ -32,14 +34,16 @@ commands:
                      [--models a,b] [--batches 2,4] [--strategies ..] [--budgets 100,80,60,40]
                      (training steps' heap vs budget and prediction, docs/MEMORY_BENCH.md);
                      limits [--limits 10,30] (solves' wall time and peak RSS against their
-                     limits, docs/LIMITS_BENCH.md);
+                     limits, docs/LIMITS_BENCH.md); op [--quick] (operator-level graphs at
+                     MONeT's sizes, predicted and trained: section 7 of docs/RESULTS.md);
                      results-solver
                      (the same with short limits, for docs/RESULTS.md), frontier, plan, max-batch,
                      train,
                      results [--quick]: docs/RESULTS.md and docs/figures/; render: rewrite
                      RESULTS.md from stored measurements; no part: results, i.e. all but simulator)
   train [ARGS...]    train a model with a rematerialization plan (release build; defaults: vgg16,
-                     batch 32 at 64x64, 6 steps, budget 88% enforced on the heap, milp)
+                     batch 32 at 64x64, operator-level graph, 6 steps, budget 88% enforced on the
+                     heap, milp)
   prereq             check (and, as root with apt-get, install) cmake, a C++ compiler and libclang;
                      every command above does this first
   profile [ARGS...]  measure per-node costs on this machine (release build; no ARGS: vgg16
@@ -246,12 +250,13 @@ fn bench_parts(part: &str, rest: &[String]) -> Result<()> {
         "solver" => bench_solver::run(&rest[1..]),
         "generated" => bench_generated::run(&rest[1..]),
         "limits" => bench_limits::run(&rest[1..]),
+        "op" => bench_op::run(&rest[1..]),
         "memory" => bench_memory::run(&rest[1..]),
         p if bench_results::PARTS.contains(&p) => bench_results::run(p, &rest[1..]),
         "all" => bench_results::run("results", rest),
         p if p.starts_with("--") => bench_results::run("results", rest),
         other => bail!(
-            "unknown bench part {other:?}; known: simulator, solver, generated, limits, memory, {}",
+            "unknown bench part {other:?}; known: simulator, solver, generated, limits, memory, op, {}",
             bench_results::PARTS.join(", ")
         ),
     }

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use candle_core::DType;
 use checkmate_executor::{Executor, Optimizer, OptimizerKind, SyntheticData};
 use checkmate_graph::{format_bytes, simulate, Budget, Graph, Plan};
-use checkmate_models::model_by_name;
+use checkmate_models::{model_by_name, Granularity};
 use checkmate_solver::{strategy_by_name, SolveOptions, Strategy};
 use clap::Args;
 use serde_json::json;
@@ -17,7 +17,7 @@ use crate::train_cmd::parse_device;
 use checkmate_executor::heap;
 
 /// Arguments of `checkmate max-batch`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct MaxBatchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -215,7 +215,9 @@ impl MaxBatchArgs {
 }
 
 /// Runs `checkmate max-batch`.
-pub fn run(args: MaxBatchArgs) -> Result<()> {
+pub fn run(mut args: MaxBatchArgs) -> Result<()> {
+    // Operator-level graphs by default: the plans that save the most (docs/OP_GRAPHS.md).
+    args.model.granularity.get_or_insert(Granularity::Op);
     let name = args
         .model
         .model
@@ -234,6 +236,28 @@ pub fn run(args: MaxBatchArgs) -> Result<()> {
     anyhow::ensure!(args.limit >= 1, "--limit must be at least 1");
     let options = args.solver.options(0)?;
     let mut rows = Vec::new();
+    // At operator level checkpoint-all also runs on the layer graph: the batch training without
+    // any of this reaches, the reference for the others.
+    if args.model.granularity == Some(Granularity::Op)
+        && args.strategies.iter().any(|s| s.trim() == "checkpoint-all")
+    {
+        let mut layer = args.clone();
+        layer.model.granularity = Some(Granularity::Layer);
+        let strategy = strategy_by_name("checkpoint-all")?;
+        let started = Instant::now();
+        let fit = layer.search(&name, strategy.as_ref(), memory, &options, 1)?;
+        let search_seconds = started.elapsed().as_secs_f64();
+        let confirmation = match (&fit, args.no_confirm) {
+            (Some(f), false) => Some(layer.confirm(&name, f)?),
+            _ => None,
+        };
+        rows.push((
+            "checkpoint-all (layer graph)".to_string(),
+            fit,
+            confirmation,
+            search_seconds,
+        ));
+    }
     for s in &args.strategies {
         let strategy = strategy_by_name(s.trim())?;
         let started = Instant::now();
@@ -302,7 +326,7 @@ pub fn run(args: MaxBatchArgs) -> Result<()> {
         args.limit
     );
     println!(
-        "{:<16} {:>9} {:>12} {:>12} {:>9} {:>24} {:>8}",
+        "{:<28} {:>9} {:>12} {:>12} {:>9} {:>24} {:>8}",
         "strategy",
         "max batch",
         "activations",
@@ -314,7 +338,7 @@ pub fn run(args: MaxBatchArgs) -> Result<()> {
     for (s, fit, c, secs) in &rows {
         match fit {
             Some(f) => println!(
-                "{:<16} {:>9} {:>12} {:>12} {:>8.1}% {:>24} {:>7.1}s",
+                "{:<28} {:>9} {:>12} {:>12} {:>8.1}% {:>24} {:>7.1}s",
                 s,
                 f.batch,
                 format_bytes(f.peak_bytes),
@@ -338,7 +362,7 @@ pub fn run(args: MaxBatchArgs) -> Result<()> {
                 },
                 secs
             ),
-            None => println!("{s:<16} {:>9}  (not even batch 1 fits)", "-"),
+            None => println!("{s:<28} {:>9}  (not even batch 1 fits)", "-"),
         }
     }
     Ok(())

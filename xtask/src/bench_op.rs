@@ -1,0 +1,602 @@
+//! `cargo xtask bench op`: operator-level training graphs (docs/OP_GRAPHS.md) against the
+//! layer-level checkpoint-all that training without rematerialization holds, at MONeT's batch sizes
+//! (Shah et al., ICLR 2021: VGG16 176, ResNet50 184, MobileNet 272 at 224x224; U-Net 11 at its
+//! own 416x608), then confirmed by real training steps at sizes this machine holds. Writes its
+//! section of `docs/RESULTS.md` (between the `op-graphs` markers; `cargo xtask bench results`
+//! keeps it).
+//!
+//! Predicted part, per model: the layer graph's checkpoint-all total (static + activation peak,
+//! workspace counted) is the reference `T`; the operator graph's checkpoint-all and least feasible
+//! totals; `lp-round` (30 s per budget, 1 thread) at budgets of 0.25 to 0.70 of `T` and at
+//! MONeT's ratio. Overhead: plan cost / the operator graph's cost with every node computed once
+//! (FLOPs). The largest batch in 16 GiB (`checkmate max-batch`, at most one extra forward pass,
+//! no confirming step): checkpoint-all of the layer graph against `lp-round` on the operator graph.
+//!
+//! Measured part: `checkmate train` (operator graph, `lp-round`, 2 plan steps after 1 reference
+//! step of the layer graph's checkpoint-all) at budgets given as fractions of the layer graph's
+//! checkpoint-all total, the process heap measured by the counting allocator.
+//! Options: `--quick` (fewer budgets, 10 s limits), `--out FILE` (default docs/RESULTS.md).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use checkmate_graph::Graph;
+use checkmate_models::{build_training_graph, Granularity, ImageSize, ModelConfig, TrainingConfig};
+use checkmate_solver::baselines::CheckpointAll;
+use serde_json::Value;
+
+/// Markers of this bench's section in docs/RESULTS.md.
+pub const BEGIN: &str = "<!-- op-graphs:begin -->";
+/// End marker.
+pub const END: &str = "<!-- op-graphs:end -->";
+
+/// One model at MONeT's size, with MONeT's reported point (its memory over PyTorch's, and its
+/// compute overhead).
+struct Spec {
+    model: &'static str,
+    batch: usize,
+    image: Option<usize>,
+    monet_ratio: f64,
+    monet_overhead: f64,
+    /// The issue's target: ratio and overhead bound.
+    target: (f64, Option<f64>),
+}
+
+const SPECS: &[Spec] = &[
+    Spec {
+        model: "vgg16",
+        batch: 176,
+        image: Some(224),
+        monet_ratio: 5.51 / 14.12,
+        monet_overhead: 0.091,
+        target: (0.39, Some(0.10)),
+    },
+    Spec {
+        model: "resnet50",
+        batch: 184,
+        image: Some(224),
+        monet_ratio: 4.99 / 15.06,
+        monet_overhead: 0.12,
+        target: (0.33, Some(0.12)),
+    },
+    Spec {
+        model: "mobilenet",
+        batch: 272,
+        image: Some(224),
+        monet_ratio: 5.01 / 14.46,
+        monet_overhead: 0.087,
+        target: (0.35, None),
+    },
+    Spec {
+        model: "unet",
+        batch: 11,
+        image: None,
+        monet_ratio: 5.01 / 14.32,
+        monet_overhead: 0.115,
+        target: (0.35, Some(0.12)),
+    },
+];
+
+/// Real training at sizes this machine holds: model flags and budgets (fractions of the layer
+/// graph's checkpoint-all total).
+const TRAIN: &[(&str, &[&str])] = &[
+    (
+        "vgg16 64x64, 512-unit classifier, batch 16",
+        &[
+            "--model",
+            "vgg16",
+            "--image-size",
+            "64",
+            "--width",
+            "512",
+            "--classes",
+            "10",
+            "--batch",
+            "16",
+        ],
+    ),
+    (
+        "resnet50 64x64, batch 8",
+        &[
+            "--model",
+            "resnet50",
+            "--image-size",
+            "64",
+            "--classes",
+            "10",
+            "--batch",
+            "8",
+        ],
+    ),
+    (
+        "mobilenet 64x64, batch 16",
+        &[
+            "--model",
+            "mobilenet",
+            "--image-size",
+            "64",
+            "--classes",
+            "10",
+            "--batch",
+            "16",
+        ],
+    ),
+    (
+        "unet 128x128, batch 2",
+        &["--model", "unet", "--image-size", "128", "--batch", "2"],
+    ),
+];
+
+struct Args {
+    quick: bool,
+    out: PathBuf,
+}
+
+fn parse(args: &[String]) -> Result<Args> {
+    let root = crate::workspace_root();
+    let mut a = Args {
+        quick: false,
+        out: root.join("docs/RESULTS.md"),
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--quick" => a.quick = true,
+            "--out" => a.out = PathBuf::from(it.next().context("--out needs a file")?),
+            other => bail!("unknown option {other}; see xtask/src/bench_op.rs"),
+        }
+    }
+    Ok(a)
+}
+
+fn gib(b: f64) -> String {
+    format!("{:.2} GiB", b / (1u64 << 30) as f64)
+}
+
+fn mib(b: f64) -> String {
+    format!("{:.1} MiB", b / (1u64 << 20) as f64)
+}
+
+/// Runs `checkmate ARGS`; the last stdout line as JSON, or the last stderr line as the error.
+fn checkmate(bin: &Path, args: &[String]) -> Result<Value, String> {
+    eprintln!("  $ checkmate {}", args.join(" "));
+    let t0 = Instant::now();
+    let out = Command::new(bin)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    eprintln!("    {:.1} s", t0.elapsed().as_secs_f64());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match serde_json::from_str::<Value>(stdout.lines().last().unwrap_or("")) {
+        Ok(v) if out.status.success() => Ok(v),
+        _ => Err(String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .rfind(|l| !l.trim().is_empty())
+            .unwrap_or("no output")
+            .trim()
+            .to_string()),
+    }
+}
+
+fn graph(spec: &Spec, granularity: Granularity) -> Result<Graph> {
+    let mut c = ModelConfig::new(spec.batch);
+    if let Some(s) = spec.image {
+        c = c.with_image_size(ImageSize::square(s));
+    }
+    let t = TrainingConfig {
+        granularity,
+        ..TrainingConfig::default()
+    };
+    Ok(build_training_graph(spec.model, &c, &t)?)
+}
+
+/// The least total budget `lp-round` finds a plan for: from its refusal of a budget just above
+/// static memory ("no schedule fits in less than N activation bytes").
+fn least_feasible(bin: &Path, path: &Path, g: &Graph) -> Option<u64> {
+    let budget = (g.static_bytes() + (1 << 20)).to_string();
+    let args: Vec<String> = [
+        "solve",
+        "--graph",
+        &path.display().to_string(),
+        "--strategy",
+        "lp-round",
+        "--budget",
+        &budget,
+        "--time-limit",
+        "30",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let err = checkmate(bin, &args).err()?;
+    let tail = err.split("no schedule fits in less than ").nth(1)?;
+    let n: u64 = tail.split_whitespace().next()?.parse().ok()?;
+    Some(n + g.static_bytes())
+}
+
+/// One `lp-round` point on the operator graph.
+struct Point {
+    fraction: f64,
+    total: Option<u64>,
+    overhead: Option<f64>,
+    seconds: Option<f64>,
+    error: Option<String>,
+}
+
+fn solve_point(bin: &Path, path: &Path, total: u64, fraction: f64, limit: u64) -> Point {
+    let args: Vec<String> = [
+        "solve",
+        "--graph",
+        &path.display().to_string(),
+        "--strategy",
+        "lp-round",
+        "--budget",
+        &total.to_string(),
+        "--time-limit",
+        &limit.to_string(),
+        "--threads",
+        "1",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    match checkmate(bin, &args) {
+        Ok(v) => Point {
+            fraction,
+            total: v["total_peak_bytes"].as_u64(),
+            overhead: v["overhead"].as_f64(),
+            seconds: v["solve_seconds"].as_f64(),
+            error: None,
+        },
+        Err(e) => Point {
+            fraction,
+            total: None,
+            overhead: None,
+            seconds: None,
+            error: Some(e),
+        },
+    }
+}
+
+fn max_batch(bin: &Path, model: &str, granularity: &str, strategy: &str) -> Option<u64> {
+    let args: Vec<String> = [
+        "max-batch",
+        "--model",
+        model,
+        "--memory",
+        "16GiB",
+        "--granularity",
+        granularity,
+        "--strategies",
+        strategy,
+        "--max-extra-forwards",
+        "1",
+        "--time-limit",
+        "20",
+        "--no-confirm",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let v = checkmate(bin, &args).ok()?;
+    v["strategies"]
+        .as_array()?
+        .iter()
+        .find(|s| s["strategy"] == strategy)?["max_batch"]
+        .as_u64()
+}
+
+/// Runs the benchmark and writes its section.
+pub fn run(args: &[String]) -> Result<()> {
+    let a = parse(args)?;
+    let t0 = Instant::now();
+    let root = crate::workspace_root();
+    let bin = root.join("target/release/checkmate");
+    let dir = root.join("target/bench-op");
+    std::fs::create_dir_all(&dir)?;
+    let limit = if a.quick { 10 } else { 30 };
+    let fractions: &[f64] = if a.quick {
+        &[0.3, 0.4, 0.5]
+    } else {
+        &[0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7]
+    };
+    let mut summary = String::new();
+    let mut frontiers = String::new();
+    let mut batches = String::new();
+    for spec in SPECS {
+        let layer = graph(spec, Granularity::Layer)?;
+        let op = graph(spec, Granularity::Op)?;
+        let path = dir.join(format!("{}-op.json", spec.model));
+        op.write(&path)?;
+        let reference = (layer.static_bytes() + CheckpointAll::peak_bytes(&layer)) as f64;
+        let op_all = (op.static_bytes() + CheckpointAll::peak_bytes(&op)) as f64;
+        let floor = least_feasible(&bin, &path, &op);
+        let mut points: Vec<Point> = Vec::new();
+        let mut wanted: Vec<f64> = fractions.to_vec();
+        wanted.push(spec.monet_ratio);
+        wanted.push(spec.target.0);
+        wanted.sort_by(f64::total_cmp);
+        wanted.dedup_by(|x, y| (*x - *y).abs() < 1e-3);
+        for f in wanted {
+            let total = (reference * f) as u64;
+            if floor.is_some_and(|fl| total < fl) {
+                points.push(Point {
+                    fraction: f,
+                    total: None,
+                    overhead: None,
+                    seconds: None,
+                    error: Some("below the least feasible budget".into()),
+                });
+                continue;
+            }
+            points.push(solve_point(&bin, &path, total, f, limit));
+        }
+        let ratio = |p: &Point| p.total.map(|t| t as f64 / reference);
+        // The least memory within MONeT's overhead, and the overhead at the issue's ratio.
+        let bound = spec.target.1.unwrap_or(spec.monet_overhead);
+        let best = points
+            .iter()
+            .filter(|p| p.overhead.is_some_and(|o| o <= bound + 1e-9))
+            .filter_map(|p| ratio(p).map(|r| (r, p.overhead.unwrap_or(0.0))))
+            .min_by(|x, y| x.0.total_cmp(&y.0));
+        let at_target = points
+            .iter()
+            .find(|p| (p.fraction - spec.target.0).abs() < 1e-3)
+            .and_then(|p| p.overhead.zip(ratio(p)));
+        let met = match (at_target, spec.target.1) {
+            (Some((o, r)), Some(b)) => r <= spec.target.0 + 1e-9 && o <= b + 1e-9,
+            (Some((_, r)), None) => r <= spec.target.0 + 1e-9,
+            (None, _) => false,
+        };
+        let max_t = points.iter().filter_map(|p| p.seconds).fold(0.0, f64::max);
+        writeln!(
+            summary,
+            "| {} b{} | {} / {} | {} | {} ({:.3}x) | {} | {:.2}x at {:+.1}% | {} | {} | {:.0} s |",
+            spec.model,
+            spec.batch,
+            layer.len(),
+            op.len(),
+            gib(reference),
+            gib(op_all),
+            op_all / reference,
+            floor.map_or("-".into(), |f| format!(
+                "{} ({:.3}x)",
+                gib(f as f64),
+                f as f64 / reference
+            )),
+            spec.monet_ratio,
+            100.0 * spec.monet_overhead,
+            best.map_or("none".into(), |(r, o)| format!(
+                "**{r:.3}x** at {:+.1}%",
+                100.0 * o
+            )),
+            match at_target {
+                Some((o, r)) => format!(
+                    "{r:.3}x at {:+.1}% ({})",
+                    100.0 * o,
+                    if met { "met" } else { "missed" }
+                ),
+                None => "no plan (missed)".into(),
+            },
+            max_t
+        )?;
+        write!(frontiers, "| {} b{} |", spec.model, spec.batch)?;
+        for p in &points {
+            match (ratio(p), p.overhead) {
+                (Some(r), Some(o)) => write!(
+                    frontiers,
+                    " {:.2}: {r:.3}x {:+.1}% ·",
+                    p.fraction,
+                    100.0 * o
+                )?,
+                _ => write!(
+                    frontiers,
+                    " {:.2}: {} ·",
+                    p.fraction,
+                    if p.error
+                        .as_deref()
+                        .is_some_and(|e| e.contains("least feasible"))
+                    {
+                        "below floor"
+                    } else {
+                        "no plan"
+                    }
+                )?,
+            }
+        }
+        writeln!(frontiers, " |")?;
+        if !a.quick && matches!(spec.model, "vgg16" | "resnet50") {
+            let all = max_batch(&bin, spec.model, "layer", "checkpoint-all");
+            let op_lp = max_batch(&bin, spec.model, "op", "lp-round");
+            let layer_lp = max_batch(&bin, spec.model, "layer", "lp-round");
+            writeln!(
+                batches,
+                "| {} | {} | {} | {} | {} |",
+                spec.model,
+                all.map_or("-".into(), |b| b.to_string()),
+                layer_lp.map_or("-".into(), |b| b.to_string()),
+                op_lp.map_or("-".into(), |b| b.to_string()),
+                all.zip(op_lp).map_or("-".into(), |(a, b)| format!(
+                    "**{:.2}x**",
+                    b as f64 / a as f64
+                )),
+            )?;
+        }
+    }
+
+    // Real training steps.
+    let mut train = String::new();
+    let train_fractions: &[f64] = if a.quick { &[0.6] } else { &[0.7, 0.55, 0.45] };
+    for (label, flags) in TRAIN {
+        let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+        // The layer graph's checkpoint-all total at this size, from the library.
+        let get = |k: &str| -> Option<&str> {
+            flags
+                .iter()
+                .position(|f| f == k)
+                .and_then(|i| flags.get(i + 1))
+                .map(String::as_str)
+        };
+        let model = get("--model").unwrap_or("?");
+        let mut c = ModelConfig::new(get("--batch").and_then(|b| b.parse().ok()).unwrap_or(1));
+        if let Some(s) = get("--image-size").and_then(|s| s.parse().ok()) {
+            c = c.with_image_size(ImageSize::square(s));
+        }
+        c.classes = get("--classes").and_then(|s| s.parse().ok());
+        c.width = get("--width").and_then(|s| s.parse().ok());
+        let layer = build_training_graph(model, &c, &TrainingConfig::default())?;
+        let reference = (layer.static_bytes() + CheckpointAll::peak_bytes(&layer)) as f64;
+        for &f in train_fractions {
+            let budget = ((reference * f) as u64).to_string();
+            let mut args = vec!["train".to_string()];
+            args.extend(flags.iter().cloned());
+            args.extend(
+                [
+                    "--granularity",
+                    "op",
+                    "--budget",
+                    &budget,
+                    "--strategy",
+                    "lp-round",
+                    "--time-limit",
+                    "10",
+                    "--steps",
+                    "2",
+                    "--baseline-steps",
+                    "1",
+                    "--json",
+                ]
+                .iter()
+                .map(|s| s.to_string()),
+            );
+            match checkmate(&bin, &args) {
+                Ok(v) => {
+                    let heap = v["heap_peak_with_update_bytes"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN);
+                    let base = v["baseline_heap_peak_bytes"].as_f64().unwrap_or(f64::NAN);
+                    let predicted = v["predicted_peak_bytes"].as_f64().unwrap_or(f64::NAN)
+                        + v["static_bytes"].as_f64().unwrap_or(f64::NAN);
+                    writeln!(
+                        train,
+                        "| {label} | {f:.2} ({}) | {} | {} | {} ({:.3}x) | {:+.1}% | {} |",
+                        mib(reference * f),
+                        mib(predicted),
+                        mib(base),
+                        mib(heap),
+                        heap / base,
+                        100.0 * (v["predicted_overhead"].as_f64().unwrap_or(f64::NAN) - 1.0),
+                        match v["params_match_checkpoint_all"].as_bool() {
+                            Some(true) => "bitwise equal",
+                            Some(false) => "DIFFER",
+                            None => "-",
+                        }
+                    )?;
+                }
+                Err(e) => writeln!(train, "| {label} | {f:.2} | {e} | | | | |")?,
+            }
+        }
+    }
+
+    let mut md = String::new();
+    writeln!(md, "{BEGIN}")?;
+    writeln!(md, "## 7. Operator-level graphs at MONeT's sizes\n")?;
+    writeln!(
+        md,
+        "- machine: {}\n- date: {}\n- command: `cargo xtask bench op{}` (xtask/src/bench_op.rs)\n- \
+         wall time: {:.0} s\n",
+        crate::bench_results::machine(),
+        crate::bench_results::date(),
+        if a.quick { " --quick" } else { "" },
+        t0.elapsed().as_secs_f64()
+    )?;
+    writeln!(
+        md,
+        "Reference **T** = the layer graph's checkpoint-all total (static memory with SGD momentum \
+         + activation peak, kernel workspace counted), the memory training without \
+         rematerialization takes. Operator graphs (`--granularity op`, docs/OP_GRAPHS.md) with \
+         `lp-round` ({limit} s per budget, 1 thread); overhead = plan cost over the operator \
+         graph's cost with every node computed once (FLOPs). MONeT's points (memory over \
+         PyTorch's own at the same batch, compute overhead) are from its paper; its batch sizes \
+         are ours. Target: the issue's ratio at its overhead bound.\n"
+    )?;
+    writeln!(
+        md,
+        "| model | nodes layer / op | T (layer checkpoint-all) | op checkpoint-all | op least \
+         feasible | MONeT | ours, least memory within MONeT's overhead | ours at the target \
+         ratio | slowest solve |\n|---|---|---|---|---|---|---|---|---|"
+    )?;
+    md.push_str(&summary);
+    writeln!(
+        md,
+        "\nEvery frontier point (budget as a fraction of T: predicted total / T, overhead):\n"
+    )?;
+    writeln!(md, "| model | points |\n|---|---|")?;
+    md.push_str(&frontiers);
+    if !batches.is_empty() {
+        writeln!(
+            md,
+            "\nLargest batch in 16 GiB (predicted, FLOP costs, at most one extra forward pass; \
+             `checkmate max-batch --no-confirm`, 20 s per solve):\n"
+        )?;
+        writeln!(
+            md,
+            "| model | checkpoint-all, layer graph | lp-round, layer graph | lp-round, op graph | \
+             op / checkpoint-all |\n|---|---|---|---|---|"
+        )?;
+        md.push_str(&batches);
+    }
+    writeln!(
+        md,
+        "\nReal training steps on this CPU (`checkmate train --granularity op --strategy lp-round \
+         --budget B`, 2 plan steps after 1 reference step of the layer graph's checkpoint-all; \
+         heap = the process's peak above its start, counting allocator, optimizer update \
+         included):\n"
+    )?;
+    writeln!(
+        md,
+        "| model | budget (fraction of T) | predicted total | heap, layer checkpoint-all | heap, \
+         op plan (/ layer) | predicted overhead | weights |\n|---|---|---|---|---|---|---|"
+    )?;
+    md.push_str(&train);
+    writeln!(md, "{END}")?;
+    write_section(&a.out, &md)?;
+    eprintln!(
+        "bench op: {:.0} s; wrote {}",
+        t0.elapsed().as_secs_f64(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+/// Replaces the marked section of `path` with `section` (appends it when absent).
+fn write_section(path: &Path, section: &str) -> Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(b), Some(e)) if e > b => {
+            format!(
+                "{}{}{}",
+                &old[..b],
+                section,
+                &old[e + END.len()..].trim_start_matches('\n')
+            )
+        }
+        _ => format!("{}\n{section}", old.trim_end()),
+    };
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+/// The marked section of `path`, if any (for `cargo xtask bench results`, which re-renders the
+/// rest of the file).
+pub fn section(path: &Path) -> Option<String> {
+    let old = std::fs::read_to_string(path).ok()?;
+    let b = old.find(BEGIN)?;
+    let e = old.find(END)?;
+    (e > b).then(|| format!("{}\n", &old[b..e + END.len()]))
+}
