@@ -16,7 +16,16 @@ fn u(v: &serde_json::Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
 }
 
-const MLP: &[&str] = &["--model", "mlp", "--batch", "16", "--depth", "4"];
+const MLP: &[&str] = &[
+    "--model",
+    "mlp",
+    "--batch",
+    "16",
+    "--depth",
+    "4",
+    "--granularity",
+    "layer",
+];
 
 #[test]
 fn train_with_recomputation_matches_checkpoint_all_and_the_prediction() {
@@ -205,6 +214,9 @@ fn max_batch_grows_with_recomputation_and_is_confirmed_by_a_real_step() {
             .unwrap_or(0)
     };
     assert!(batch("checkpoint-all") >= 1, "{r}");
+    // Operator level by default, with the layer graph's checkpoint-all as the reference.
+    assert!(batch("checkpoint-all (layer graph)") >= 1, "{r}");
+    assert!(batch("milp") > batch("checkpoint-all (layer graph)"), "{r}");
     // Recomputation fits a larger batch in the same memory.
     assert!(batch("milp") > batch("checkpoint-all"), "{r}");
     assert!(batch("milp") >= batch("chen-sqrtn"), "{r}");
@@ -216,4 +228,76 @@ fn max_batch_grows_with_recomputation_and_is_confirmed_by_a_real_step() {
     let (ok, _, out) = checkmate(&["max-batch", "--model", "mlp", "--memory", "50%"]);
     assert!(!ok);
     assert!(out.contains("not a percentage"), "{out}");
+}
+
+#[test]
+fn operator_level_training_holds_less_than_layer_checkpoint_all_with_equal_weights() {
+    let net = [
+        "--model",
+        "vgg16",
+        "--batch",
+        "16",
+        "--image-size",
+        "32",
+        "--width",
+        "64",
+        "--classes",
+        "10",
+    ];
+    // The layer graph's checkpoint-all total: the memory training without any of this takes.
+    let mut args = vec!["solve"];
+    args.extend_from_slice(&net);
+    args.extend_from_slice(&["--budget", "100%", "--strategy", "checkpoint-all", "--json"]);
+    let (ok, layer, out) = checkmate(&args);
+    assert!(ok, "{out}");
+    let (reference, fixed) = (u(&layer, "total_peak_bytes"), u(&layer, "static_bytes"));
+    // Static memory and 75% of its activation peak (the operator graph's own checkpoint-all
+    // needs less).
+    let budget = (fixed + (reference - fixed) * 3 / 4).to_string();
+    let mut args = vec!["train"];
+    args.extend_from_slice(&net);
+    args.extend_from_slice(&[
+        "--steps",
+        "2",
+        "--baseline-steps",
+        "2",
+        "--budget",
+        &budget,
+        "--strategy",
+        "lp-round",
+        "--time-limit",
+        "5",
+        "--json",
+    ]);
+    let (ok, r, out) = checkmate(&args);
+    assert!(ok, "{out}");
+    assert_eq!(r["granularity"], "op", "{r}");
+    assert_eq!(r["baseline_granularity"], "layer", "{r}");
+    assert_eq!(r["params_match_checkpoint_all"], true, "{r}");
+    assert_eq!(
+        u(&r, "measured_peak_bytes"),
+        u(&r, "predicted_live_peak_bytes")
+    );
+    // The process holds less than the layer graph's checkpoint-all did, within the budget.
+    assert!(
+        u(&r, "heap_peak_with_update_bytes") < u(&r, "baseline_heap_peak_bytes"),
+        "{r}"
+    );
+    assert!(
+        u(&r, "heap_peak_with_update_bytes") <= u(&r, "budget_bytes"),
+        "{r}"
+    );
+    let (ok, _, out) = checkmate(&[
+        "graph",
+        "--model",
+        "mlp",
+        "--batch",
+        "2",
+        "--granularity",
+        "ops",
+        "-o",
+        "x.json",
+    ]);
+    assert!(!ok);
+    assert!(out.contains("unknown granularity `ops`"), "{out}");
 }
