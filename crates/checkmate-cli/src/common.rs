@@ -68,7 +68,8 @@ pub struct ModelArgs {
     /// Training-graph nodes: `layer` (one forward and one backward node per layer, Checkmate's
     /// graphs) or `op` (operator level: ReLU masks and pooling indices saved compactly, parameter
     /// gradients apart from input gradients; docs/OP_GRAPHS.md). Default: `layer` for `graph`,
-    /// `solve`, `sweep` and `profile`; `op` for `train` and `max-batch`.
+    /// `solve` and `sweep`; `op` for `train`, `max-batch` and `profile` on the CPU (`layer` on
+    /// CUDA, where the operator-level kernels do not run yet).
     #[arg(long, value_parser = parse_granularity)]
     pub granularity: Option<Granularity>,
 }

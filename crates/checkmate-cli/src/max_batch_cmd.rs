@@ -216,8 +216,14 @@ impl MaxBatchArgs {
 
 /// Runs `checkmate max-batch`.
 pub fn run(mut args: MaxBatchArgs) -> Result<()> {
-    // Operator-level graphs by default: the plans that save the most (docs/OP_GRAPHS.md).
-    args.model.granularity.get_or_insert(Granularity::Op);
+    // Operator-level graphs by default: the plans that save the most (docs/OP_GRAPHS.md). Their
+    // kernels run on the CPU only so far: a CUDA confirmation keeps layer graphs.
+    let default = if parse_device(&args.device)?.is_cpu() {
+        Granularity::Op
+    } else {
+        Granularity::Layer
+    };
+    args.model.granularity.get_or_insert(default);
     let name = args
         .model
         .model
