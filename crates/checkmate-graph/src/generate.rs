@@ -223,6 +223,155 @@ pub fn random_layered(params: &LayeredParams, seed: u64) -> Result<Graph> {
     Graph::new(format!("{}_s{seed}", params.name()), "duration", 0, specs)
 }
 
+/// Families of forward DAGs shaped like the networks rematerialization is used on, for property
+/// tests on graphs nobody tuned a strategy to. [`Family::training`] turns one into a training graph
+/// ([`with_backward`]). Sizes and costs are random (seeded): bytes `10 * ceil(X)`, `X` exponential
+/// of mean 200, costs uniform in `[1, 1000)`, as in [`random_layered`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// A chain: every node reads the one before.
+    Chain,
+    /// A U-Net: an encoder of levels (a layer, then a downsampling node), a bottleneck, and a
+    /// decoder whose levels read the level below and, through a skip edge, the encoder's layer of
+    /// the same level.
+    UNet,
+    /// Residual blocks: two layers, then an add of their output and the block's input.
+    Residual,
+    /// Transformer blocks: a norm, query/key/value projections of it, scores of query and key,
+    /// attention of scores and value, a projection, a residual add; then a norm, two MLP layers and
+    /// a second residual add.
+    Transformer,
+    /// [`random_layered`] with Moccasin's parameters (`w` 0.27).
+    Layered,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: [Family; 5] = [
+        Family::Chain,
+        Family::UNet,
+        Family::Residual,
+        Family::Transformer,
+        Family::Layered,
+    ];
+
+    /// `chain`, `unet`, `residual`, `transformer` or `layered`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Chain => "chain",
+            Family::UNet => "unet",
+            Family::Residual => "residual",
+            Family::Transformer => "transformer",
+            Family::Layered => "layered",
+        }
+    }
+
+    /// A forward graph of this family with about `nodes` forward nodes (whole levels or blocks,
+    /// at least one), sizes and costs drawn from `seed`.
+    ///
+    /// Errors: `nodes` below 3 ([`Error::InvalidField`]).
+    pub fn forward(self, nodes: usize, seed: u64) -> Result<Graph> {
+        if nodes < 3 {
+            return Err(Error::InvalidField {
+                location: format!("{} graph", self.name()),
+                field: "nodes".into(),
+                value: nodes.to_string(),
+                expected: "at least 3".into(),
+            });
+        }
+        if self == Family::Layered {
+            return random_layered(&LayeredParams::moccasin(nodes, 0.27), seed);
+        }
+        let mut deps: Vec<Vec<usize>> = Vec::new();
+        let mut add = |d: &[usize]| {
+            deps.push(d.to_vec());
+            deps.len() - 1
+        };
+        match self {
+            Family::Chain => {
+                for i in 0..nodes {
+                    if i == 0 {
+                        add(&[]);
+                    } else {
+                        add(&[i - 1]);
+                    }
+                }
+            }
+            Family::UNet => {
+                let levels = ((nodes - 1) / 4).max(1);
+                let mut x = add(&[]);
+                let mut skips = Vec::new();
+                for _ in 0..levels {
+                    let layer = add(&[x]);
+                    skips.push(layer);
+                    x = add(&[layer]);
+                }
+                x = add(&[x]);
+                for &skip in skips.iter().rev() {
+                    let up = add(&[x]);
+                    x = add(&[up, skip]);
+                }
+            }
+            Family::Residual => {
+                let blocks = ((nodes - 1) / 3).max(1);
+                let mut x = add(&[]);
+                for _ in 0..blocks {
+                    let a = add(&[x]);
+                    let b = add(&[a]);
+                    x = add(&[b, x]);
+                }
+            }
+            Family::Transformer => {
+                let blocks = ((nodes - 1) / 11).max(1);
+                let mut x = add(&[]);
+                for _ in 0..blocks {
+                    let norm = add(&[x]);
+                    let q = add(&[norm]);
+                    let k = add(&[norm]);
+                    let v = add(&[norm]);
+                    let scores = add(&[q, k]);
+                    let attn = add(&[scores, v]);
+                    let proj = add(&[attn]);
+                    let r1 = add(&[proj, x]);
+                    let norm2 = add(&[r1]);
+                    let up = add(&[norm2]);
+                    let down = add(&[up]);
+                    x = add(&[down, r1]);
+                }
+            }
+            Family::Layered => unreachable!("returned above"),
+        }
+        let mut rng = Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
+        let specs = deps
+            .iter()
+            .enumerate()
+            .map(|(v, d)| {
+                let x = -200.0 * (1.0 - rng.unit()).ln();
+                NodeSpec {
+                    id: v as u64,
+                    name: format!("n{v}"),
+                    kind: NodeKind::Forward,
+                    cost: (1 + rng.below(999)) as f64,
+                    bytes: 10 * (x.ceil() as u64).max(1),
+                    workspace_bytes: 0,
+                    deps: d.iter().map(|&u| u as u64).collect(),
+                }
+            })
+            .collect();
+        Graph::new(
+            format!("{}{}_s{seed}", self.name(), deps.len()),
+            "flops",
+            0,
+            specs,
+        )
+    }
+
+    /// The training graph of [`Family::forward`]: about `2 * nodes + 1` nodes.
+    pub fn training(self, nodes: usize, seed: u64) -> Result<Graph> {
+        with_backward(&self.forward(nodes, seed)?)
+    }
+}
+
 /// A forward chain of `nodes` nodes named `n0, n1, ...`, each reading the one before it, costing 1
 /// and holding `bytes` (graph name `chain<nodes>`, cost unit `flops`). With [`with_backward`], the
 /// training graph of a chain; both are the long-graph cases of the solver's limits.
@@ -431,6 +580,33 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("nodes"));
+    }
+
+    #[test]
+    fn families_have_their_shape() {
+        for family in Family::ALL {
+            for seed in 0..3 {
+                let g = family.training(25, seed).unwrap();
+                let f = family.forward(25, seed).unwrap();
+                assert_eq!(g.len(), 2 * f.len() + 1, "{}", family.name());
+                assert!(f.len() >= 13, "{}: {} nodes", family.name(), f.len());
+            }
+        }
+        // A U-Net's decoder reads the encoder (skip edges); a residual add reads its block input.
+        let sorted = |g: &Graph, v: usize| {
+            let mut p = g.preds(v).to_vec();
+            p.sort_unstable();
+            p
+        };
+        let u = Family::UNet.forward(9, 0).unwrap();
+        assert_eq!(u.len(), 10);
+        assert_eq!(sorted(&u, 9), [1, 8]);
+        assert_eq!(sorted(&u, 7), [3, 6]);
+        let r = Family::Residual.forward(4, 0).unwrap();
+        assert_eq!(sorted(&r, 3), [0, 2]);
+        let t = Family::Transformer.forward(12, 0).unwrap();
+        assert_eq!(sorted(&t, 5), [2, 3], "scores read query and key");
+        assert!(Family::Chain.forward(2, 0).is_err());
     }
 
     #[test]

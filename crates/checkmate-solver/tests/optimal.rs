@@ -263,6 +263,53 @@ proptest! {
     }
 }
 
+/// On the smallest graphs of the generated families (forward graphs of chains, U-Nets, residual
+/// blocks and random layered DAGs, up to 16 keep bits: every node is an ancestor of the last, so a
+/// graph of `n` nodes has up to `n (n - 1) / 2`), at three budgets, `milp` finds the exhaustive
+/// optimum. A transformer block (12 forward nodes, 66 keep bits) is beyond exhaustive search; its
+/// `milp` optima are checked against `lp-round` and the baselines in `tests/generated.rs`.
+#[test]
+fn milp_equals_exhaustive_search_on_small_family_graphs() {
+    use checkmate_graph::generate::Family;
+    let mut compared = 0;
+    for family in [
+        Family::Chain,
+        Family::UNet,
+        Family::Residual,
+        Family::Layered,
+    ] {
+        for nodes in 4..=7 {
+            for seed in 0..2 {
+                let g = family.forward(nodes, seed).unwrap();
+                if keep_bits(&g).len() > 16 {
+                    continue;
+                }
+                for frac in [0.0, 0.4, 0.8] {
+                    let budget = budget_of(&g, frac);
+                    let truth = exhaustive(&g, budget);
+                    let got = milp_cost(&g, budget, &SolveOptions::default());
+                    match (got, truth) {
+                        (Some(a), Some(b)) => {
+                            assert!(
+                                (a - b).abs() < 1e-9,
+                                "{}: milp {a}, exhaustive {b}",
+                                g.name()
+                            )
+                        }
+                        (None, None) => {}
+                        other => panic!("{} at {budget}: milp/exhaustive {other:?}", g.name()),
+                    }
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        compared >= 30,
+        "only {compared} cases small enough for exhaustive search"
+    );
+}
+
 /// The least feasible budget the MILP proves is the least peak of an exhaustive search, and a
 /// budget below it is an error naming it.
 #[test]
