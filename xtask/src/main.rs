@@ -18,6 +18,7 @@ mod bench_results;
 #[cfg(feature = "bench")]
 mod bench_solver;
 mod prereq;
+mod python;
 
 use std::process::Command;
 
@@ -28,6 +29,8 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   ci                 cargo fmt --check, then cargo test --workspace with clippy -D warnings as the
                      workspace's compiler (what CI runs)
+  pytest             build the Python module (crates/checkmate-py) and run its pytest suite (the
+                     last step of ci)
   bench [PART]       regenerate benchmark tables in docs/ (parts: simulator, solver [--time-limit SEC]
                      [--only NAME] [--no-paper] [--random] [--random-dir DIR]; generated
                      [--graphs N] (lp-round vs milp on our own random graphs); memory
@@ -73,6 +76,8 @@ fn main() -> Result<()> {
             Ok(())
         }
         "ci" => ci(),
+        // The Python module's tests alone (the last step of `ci`).
+        "pytest" => python::test(&cargo(), &[]),
         "bench" => bench(rest),
         "train" => run_release_cli(cmd, &with_defaults(rest, TRAIN_DEFAULTS)),
         // Defaults that finish in about a minute on 2 cores (VGG16 at 32x32, batch 2).
@@ -194,7 +199,8 @@ fn ci() -> Result<()> {
         &["test", "--workspace", "--features", "xtask/bench"],
         &lint,
     )?;
-    Ok(())
+    // The Python module and its pytest suite (crates/checkmate-py).
+    python::test(&cargo, &lint)
 }
 
 /// `clippy-driver` of the toolchain that runs this cargo (`rustup component add clippy`).

@@ -131,6 +131,25 @@ pub fn message(need: &[Missing], why: &str) -> String {
     )
 }
 
+/// Installs Debian packages with apt-get (as root or with passwordless sudo), printing the command;
+/// else says why it cannot.
+pub fn apt_install(packages: &[&str]) -> Result<(), String> {
+    let prefix = apt_privilege()?;
+    let apt_get: Vec<&str> = prefix.iter().copied().chain(["apt-get"]).collect();
+    let update: Vec<&str> = apt_get.iter().copied().chain(["update", "-qq"]).collect();
+    let install: Vec<&str> = apt_get
+        .iter()
+        .copied()
+        .chain(["install", "-y", "-qq", "--no-install-recommends"])
+        .chain(packages.iter().copied())
+        .collect();
+    if apt(&update) && apt(&install) {
+        Ok(())
+    } else {
+        Err(format!("`{}` failed", install.join(" ")))
+    }
+}
+
 /// The prefix that lets us run apt-get non-interactively: `[]` as root, `["sudo", "-n"]` with
 /// passwordless sudo; else why we cannot.
 fn apt_privilege() -> Result<Vec<&'static str>, &'static str> {
