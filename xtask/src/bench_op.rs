@@ -15,7 +15,9 @@
 //! Measured part: `checkmate train` (operator graph, `lp-round`, 2 plan steps after 1 reference
 //! step of the layer graph's checkpoint-all) at budgets given as fractions of the layer graph's
 //! checkpoint-all total, the process heap measured by the counting allocator.
-//! Options: `--quick` (fewer budgets, 10 s limits), `--out FILE` (default docs/RESULTS.md).
+//! Options: `--quick` (fewer budgets, 10 s limits), `--train-only` (the measured part again, with
+//! the predicted tables of the last run, kept in target/bench-op/predicted.json), `--out FILE`
+//! (default docs/RESULTS.md).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -132,6 +134,7 @@ const TRAIN: &[(&str, &[&str])] = &[
 
 struct Args {
     quick: bool,
+    train_only: bool,
     out: PathBuf,
 }
 
@@ -139,12 +142,14 @@ fn parse(args: &[String]) -> Result<Args> {
     let root = crate::workspace_root();
     let mut a = Args {
         quick: false,
+        train_only: false,
         out: root.join("docs/RESULTS.md"),
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--quick" => a.quick = true,
+            "--train-only" => a.train_only = true,
             "--out" => a.out = PathBuf::from(it.next().context("--out needs a file")?),
             other => bail!("unknown option {other}; see xtask/src/bench_op.rs"),
         }
@@ -309,7 +314,24 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut summary = String::new();
     let mut frontiers = String::new();
     let mut batches = String::new();
-    for spec in SPECS {
+    let stored = dir.join("predicted.json");
+    let mut predicted_meta = format!(
+        "{}, {}",
+        crate::bench_results::machine(),
+        crate::bench_results::date()
+    );
+    if a.train_only {
+        let v: Value = serde_json::from_str(
+            &std::fs::read_to_string(&stored)
+                .context("--train-only needs a full run first (target/bench-op/predicted.json)")?,
+        )?;
+        summary = v["summary"].as_str().unwrap_or_default().to_string();
+        frontiers = v["frontiers"].as_str().unwrap_or_default().to_string();
+        batches = v["batches"].as_str().unwrap_or_default().to_string();
+        predicted_meta = v["meta"].as_str().unwrap_or_default().to_string();
+    }
+    let specs: &[Spec] = if a.train_only { &[] } else { SPECS };
+    for spec in specs {
         let layer = graph(spec, Granularity::Layer)?;
         let op = graph(spec, Granularity::Op)?;
         let path = dir.join(format!("{}-op.json", spec.model));
@@ -430,9 +452,18 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
 
+    if !a.train_only {
+        std::fs::write(
+            &stored,
+            serde_json::json!({"summary": summary, "frontiers": frontiers, "batches": batches,
+                               "meta": predicted_meta})
+            .to_string(),
+        )?;
+    }
+
     // Real training steps.
     let mut train = String::new();
-    let train_fractions: &[f64] = if a.quick { &[0.6] } else { &[0.7, 0.55, 0.45] };
+    let train_fractions: &[f64] = if a.quick { &[0.6] } else { &[0.6, 0.45, 0.35] };
     for (label, flags) in TRAIN {
         let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
         // The layer graph's checkpoint-all total at this size, from the library.
@@ -451,9 +482,13 @@ pub fn run(args: &[String]) -> Result<()> {
         c.classes = get("--classes").and_then(|s| s.parse().ok());
         c.width = get("--width").and_then(|s| s.parse().ok());
         let layer = build_training_graph(model, &c, &TrainingConfig::default())?;
-        let reference = (layer.static_bytes() + CheckpointAll::peak_bytes(&layer)) as f64;
+        let fixed = layer.static_bytes() as f64;
+        let reference = fixed + CheckpointAll::peak_bytes(&layer) as f64;
         for &f in train_fractions {
-            let budget = ((reference * f) as u64).to_string();
+            // At these sizes static memory is most of a step: the budget keeps it and a fraction
+            // of the layer graph's checkpoint-all activation peak.
+            let total = fixed + f * (reference - fixed);
+            let budget = (total as u64).to_string();
             let mut args = vec!["train".to_string()];
             args.extend(flags.iter().cloned());
             args.extend(
@@ -486,7 +521,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     writeln!(
                         train,
                         "| {label} | {f:.2} ({}) | {} | {} | {} ({:.3}x) | {:+.1}% | {} |",
-                        mib(reference * f),
+                        mib(total),
                         mib(predicted),
                         mib(base),
                         mib(heap),
@@ -510,11 +545,12 @@ pub fn run(args: &[String]) -> Result<()> {
     writeln!(
         md,
         "- machine: {}\n- date: {}\n- command: `cargo xtask bench op{}` (xtask/src/bench_op.rs)\n- \
-         wall time: {:.0} s\n",
+         wall time: {:.0} s\n- predicted tables: {}\n",
         crate::bench_results::machine(),
         crate::bench_results::date(),
-        if a.quick { " --quick" } else { "" },
-        t0.elapsed().as_secs_f64()
+        if a.quick { " --quick" } else if a.train_only { " --train-only" } else { "" },
+        t0.elapsed().as_secs_f64(),
+        predicted_meta
     )?;
     writeln!(
         md,
@@ -556,13 +592,14 @@ pub fn run(args: &[String]) -> Result<()> {
         md,
         "\nReal training steps on this CPU (`checkmate train --granularity op --strategy lp-round \
          --budget B`, 2 plan steps after 1 reference step of the layer graph's checkpoint-all; \
-         heap = the process's peak above its start, counting allocator, optimizer update \
-         included):\n"
+         budget B = static memory + f x the layer graph's checkpoint-all activation peak (at these \
+         sizes static memory is most of a step); heap = the process's peak above its start, \
+         counting allocator, optimizer update included):\n"
     )?;
     writeln!(
         md,
-        "| model | budget (fraction of T) | predicted total | heap, layer checkpoint-all | heap, \
-         op plan (/ layer) | predicted overhead | weights |\n|---|---|---|---|---|---|---|"
+        "| model | f (budget B) | predicted total | heap, layer checkpoint-all | heap, op plan (/ \
+         layer) | predicted overhead | weights |\n|---|---|---|---|---|---|---|"
     )?;
     md.push_str(&train);
     writeln!(md, "{END}")?;
