@@ -79,24 +79,15 @@ pub fn ensure() -> Result<(), String> {
         return Ok(());
     }
     let packages: Vec<&str> = need.iter().map(|m| m.names().debian).collect();
-    let prefix = match apt_privilege() {
-        Ok(prefix) => prefix,
-        Err(why) => return Err(message(&need, why)),
-    };
-    let apt_get: Vec<&str> = prefix.iter().copied().chain(["apt-get"]).collect();
-    let update: Vec<&str> = apt_get.iter().copied().chain(["update", "-qq"]).collect();
-    let install: Vec<&str> = apt_get
-        .iter()
-        .copied()
-        .chain(["install", "-y", "-qq", "--no-install-recommends"])
-        .chain(packages.iter().copied())
-        .collect();
+    if let Err(why) = apt_privilege() {
+        return Err(message(&need, why));
+    }
     eprintln!(
-        "installing build prerequisites ({}): {}",
+        "installing build prerequisites ({}): apt-get install {}",
         describe(&need),
-        install.join(" ")
+        packages.join(" ")
     );
-    let _ = apt(&update) && apt(&install);
+    let _ = apt_install(&packages);
     let still = missing();
     if still.is_empty() {
         Ok(())
@@ -134,7 +125,7 @@ pub fn message(need: &[Missing], why: &str) -> String {
 /// Installs Debian packages with apt-get (as root or with passwordless sudo), printing the command;
 /// else says why it cannot.
 pub fn apt_install(packages: &[&str]) -> Result<(), String> {
-    let prefix = apt_privilege()?;
+    let prefix = apt_privilege().map_err(String::from)?;
     let apt_get: Vec<&str> = prefix.iter().copied().chain(["apt-get"]).collect();
     let update: Vec<&str> = apt_get.iter().copied().chain(["update", "-qq"]).collect();
     let install: Vec<&str> = apt_get

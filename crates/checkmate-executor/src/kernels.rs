@@ -934,6 +934,39 @@ impl PoolGeom {
     }
 }
 
+/// The winner of window `(plane, oy, ox)` of an input of `[h, w]` planes: the input index and
+/// the row-major window offset of the first cell holding the maximum; `None` when the window is
+/// all padding.
+fn pool_winner<T: WithDType>(
+    xs: &[T],
+    geo: &PoolGeom,
+    [h, w]: [usize; 2],
+    [plane, oy, ox]: [usize; 3],
+) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize, T)> = None;
+    for a in 0..geo.k[0] {
+        let Some(iy) = (oy * geo.s[0] + a).checked_sub(geo.pad[0]) else {
+            continue;
+        };
+        if iy >= h {
+            continue;
+        }
+        for b in 0..geo.k[1] {
+            let Some(ix) = (ox * geo.s[1] + b).checked_sub(geo.pad[2]) else {
+                continue;
+            };
+            if ix >= w {
+                continue;
+            }
+            let i = (plane * h + iy) * w + ix;
+            if best.map_or(true, |(_, _, v)| xs[i] > v) {
+                best = Some((i, a * geo.k[1] + b, xs[i]));
+            }
+        }
+    }
+    best.map(|(i, k, _)| (i, k))
+}
+
 /// Max pooling on the CPU by direct loops, allocating only the result: the pooled output, or
 /// with `g` the input gradient (each window's gradient to the first cell, row-major, holding its
 /// maximum; padded cells never win). Same rule as the tensor-op version.
@@ -942,30 +975,8 @@ fn max_pool_cpu(x: &Tensor, g: Option<&Tensor>, geo: &PoolGeom) -> Result<Tensor
         let (n, c, h, w) = x.dims4()?;
         let [oh, ow] = geo.o;
         let planes = n * c;
-        // The winning input index of window (plane, oy, ox), or None when it is all padding.
-        let winner = |xs: &[T], plane: usize, oy: usize, ox: usize| -> Option<usize> {
-            let mut best: Option<(usize, T)> = None;
-            for a in 0..geo.k[0] {
-                let Some(iy) = (oy * geo.s[0] + a).checked_sub(geo.pad[0]) else {
-                    continue;
-                };
-                if iy >= h {
-                    continue;
-                }
-                for b in 0..geo.k[1] {
-                    let Some(ix) = (ox * geo.s[1] + b).checked_sub(geo.pad[2]) else {
-                        continue;
-                    };
-                    if ix >= w {
-                        continue;
-                    }
-                    let i = (plane * h + iy) * w + ix;
-                    if best.map_or(true, |(_, v)| xs[i] > v) {
-                        best = Some((i, xs[i]));
-                    }
-                }
-            }
-            best.map(|(i, _)| i)
+        let winner = |xs: &[T], plane: usize, oy: usize, ox: usize| {
+            pool_winner(xs, geo, [h, w], [plane, oy, ox]).map(|(i, _)| i)
         };
         conv_cpu::with_slice::<T, _>(x, |xs| match g {
             None => {
@@ -1065,28 +1076,8 @@ pub fn max_pool2d_indices(x: &Tensor, p: &Pool2d) -> Result<Tensor> {
             for plane in 0..n * c {
                 for oy in 0..oh {
                     for ox in 0..ow {
-                        let mut best: Option<(usize, T)> = None;
-                        for a in 0..geo.k[0] {
-                            let Some(iy) = (oy * geo.s[0] + a).checked_sub(geo.pad[0]) else {
-                                continue;
-                            };
-                            if iy >= h {
-                                continue;
-                            }
-                            for b in 0..geo.k[1] {
-                                let Some(ix) = (ox * geo.s[1] + b).checked_sub(geo.pad[2]) else {
-                                    continue;
-                                };
-                                if ix >= w {
-                                    continue;
-                                }
-                                let v = xs[(plane * h + iy) * w + ix];
-                                if best.map_or(true, |(_, m)| v > m) {
-                                    best = Some((a * geo.k[1] + b, v));
-                                }
-                            }
-                        }
-                        if let Some((k, _)) = best {
+                        let best = pool_winner(xs, geo, [h, w], [plane, oy, ox]);
+                        if let Some((_, k)) = best {
                             out[(plane * oh + oy) * ow + ox] = k as u8;
                         }
                     }
