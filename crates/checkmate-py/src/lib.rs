@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 create_exception!(
-    _native,
+    checkmate_rs,
     CheckmateError,
     PyException,
     "An error of checkmate-rs: a malformed graph or plan, a budget no plan fits, a solver failure. \
