@@ -12,9 +12,10 @@
 //! (FLOPs). The largest batch in 16 GiB (`checkmate max-batch`, at most one extra forward pass,
 //! no confirming step): checkpoint-all of the layer graph against `lp-round` on the operator graph.
 //!
-//! Measured part: `checkmate train` (operator graph, `lp-round`, 2 plan steps after 1 reference
-//! step of the layer graph's checkpoint-all) at budgets given as fractions of the layer graph's
-//! checkpoint-all total, the process heap measured by the counting allocator.
+//! Measured part: `checkmate train` (operator graph, `lp-round`, 2 plan steps after 2 reference
+//! steps of the layer graph's checkpoint-all) at budgets of static memory plus fractions of the
+//! layer graph's checkpoint-all activation peak, the process heap (optimizer update included)
+//! measured by the counting allocator.
 //! Options: `--quick` (fewer budgets, 10 s limits), `--train-only` (the measured part again, with
 //! the predicted tables of the last run, kept in target/bench-op/predicted.json), `--out FILE`
 //! (default docs/RESULTS.md).
@@ -504,7 +505,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     "--steps",
                     "2",
                     "--baseline-steps",
-                    "1",
+                    "2",
                     "--json",
                 ]
                 .iter()
@@ -515,7 +516,9 @@ pub fn run(args: &[String]) -> Result<()> {
                     let heap = v["heap_peak_with_update_bytes"]
                         .as_f64()
                         .unwrap_or(f64::NAN);
-                    let base = v["baseline_heap_peak_bytes"].as_f64().unwrap_or(f64::NAN);
+                    let base = v["baseline_heap_peak_with_update_bytes"]
+                        .as_f64()
+                        .unwrap_or(f64::NAN);
                     let predicted = v["predicted_peak_bytes"].as_f64().unwrap_or(f64::NAN)
                         + v["static_bytes"].as_f64().unwrap_or(f64::NAN);
                     writeln!(
@@ -591,7 +594,7 @@ pub fn run(args: &[String]) -> Result<()> {
     writeln!(
         md,
         "\nReal training steps on this CPU (`checkmate train --granularity op --strategy lp-round \
-         --budget B`, 2 plan steps after 1 reference step of the layer graph's checkpoint-all; \
+         --budget B`, 2 plan steps after 2 reference steps of the layer graph's checkpoint-all; \
          budget B = static memory + f x the layer graph's checkpoint-all activation peak (at these \
          sizes static memory is most of a step); heap = the process's peak above its start, \
          counting allocator, optimizer update included):\n"

@@ -67,9 +67,10 @@ pub struct ModelArgs {
     pub workspace: bool,
     /// Training-graph nodes: `layer` (one forward and one backward node per layer, Checkmate's
     /// graphs) or `op` (operator level: ReLU masks and pooling indices saved compactly, parameter
-    /// gradients apart from input gradients; docs/OP_GRAPHS.md). Default: `layer` for `graph`,
-    /// `solve` and `sweep`; `op` for `train`, `max-batch` and `profile` on the CPU (`layer` on
-    /// CUDA, where the operator-level kernels do not run yet).
+    /// gradients apart from input gradients; docs/OP_GRAPHS.md). Default: the granularity a
+    /// `--costs` table was measured at; else `layer` for `graph`, `solve` and `sweep`, `op` for
+    /// `train`, `max-batch` and `profile` on the CPU (`layer` on CUDA, where the operator-level
+    /// kernels do not run yet).
     #[arg(long, value_parser = parse_granularity)]
     pub granularity: Option<Granularity>,
 }
@@ -129,8 +130,25 @@ impl ModelArgs {
         Ok(config)
     }
 
+    /// `--granularity` when given; else the one a `--costs` table was measured at; else
+    /// `default`.
+    pub fn granularity_or(&self, default: Granularity) -> Result<Granularity> {
+        if let Some(g) = self.granularity {
+            return Ok(g);
+        }
+        Ok(
+            match Costs::from_arg(&self.costs)
+                .with_context(|| format!("cannot use --costs {}", self.costs))?
+            {
+                Costs::Measured(table) => table.granularity(),
+                Costs::Flops => default,
+            },
+        )
+    }
+
     /// The training configuration from the flags.
     pub fn training_config(&self) -> Result<TrainingConfig> {
+        let granularity = self.granularity_or(Granularity::Layer)?;
         Ok(TrainingConfig {
             optimizer: match self.optimizer {
                 OptimizerArg::Sgd => Optimizer::SgdMomentum,
@@ -139,7 +157,7 @@ impl ModelArgs {
             costs: Costs::from_arg(&self.costs)
                 .with_context(|| format!("cannot use --costs {}", self.costs))?,
             workspace: self.workspace,
-            granularity: self.granularity.unwrap_or_default(),
+            granularity,
         })
     }
 

@@ -223,7 +223,7 @@ pub fn run(mut args: MaxBatchArgs) -> Result<()> {
     } else {
         Granularity::Layer
     };
-    args.model.granularity.get_or_insert(default);
+    args.model.granularity = Some(args.model.granularity_or(default)?);
     let name = args
         .model
         .model

@@ -324,7 +324,7 @@ pub fn run(mut args: ProfileArgs) -> Result<()> {
     } else {
         Granularity::Layer
     };
-    args.model.granularity.get_or_insert(default);
+    args.model.granularity = Some(args.model.granularity_or(default)?);
     let name = args.model_name()?.to_string();
     let batch = args
         .model

@@ -308,7 +308,7 @@ pub fn run(mut args: TrainArgs) -> Result<()> {
     } else {
         Granularity::Layer
     };
-    args.model.granularity.get_or_insert(default);
+    args.model.granularity = Some(args.model.granularity_or(default)?);
     let name = args
         .model
         .model
@@ -527,6 +527,7 @@ fn report(
             "measured_overhead": measured_overhead,
             "baseline_step_seconds": baseline.as_ref().map(|b| b.step_seconds.clone()),
             "baseline_heap_peak_bytes": baseline.as_ref().map(|b| b.heap_peak),
+            "baseline_heap_peak_with_update_bytes": baseline.as_ref().map(|b| b.heap_peak_with_update),
             "unmodelled_bytes": run.worst_unmodelled.as_ref().map(|w| w.0),
             "unmodelled_node": run.worst_unmodelled.as_ref().map(|w| w.1.clone()),
             "budget_enforced": args.enforce_budget,

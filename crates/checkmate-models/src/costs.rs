@@ -91,6 +91,27 @@ impl CostTable {
         }
     }
 
+    /// The granularity of the training graph the table was measured on: operator level when it
+    /// names a saved-state node (`L_mask`, `L_indices` beside a node `L`) or a parameter-gradient
+    /// node (`L_backward_weight` beside `L_backward`), else layer level.
+    pub fn granularity(&self) -> crate::Granularity {
+        let names: std::collections::HashSet<&str> =
+            self.nodes.iter().map(|n| n.name.as_str()).collect();
+        let op = self.nodes.iter().any(|n| {
+            let beside = |suffix: &str, other: &str| {
+                n.name
+                    .strip_suffix(suffix)
+                    .is_some_and(|l| names.contains(format!("{l}{other}").as_str()))
+            };
+            beside("_mask", "") || beside("_indices", "") || beside("_backward_weight", "_backward")
+        });
+        if op {
+            crate::Granularity::Op
+        } else {
+            crate::Granularity::Layer
+        }
+    }
+
     /// Parses a table; `context` names its origin in errors.
     pub fn from_json_str(text: &str, context: &str) -> Result<CostTable> {
         let mut t: CostTable = serde_json::from_str(text).map_err(|source| Error::Json {
@@ -165,7 +186,8 @@ impl CostTable {
         for s in specs.iter_mut() {
             let Some(n) = by_name.remove(s.name.as_str()) else {
                 return Err(self.error(format!(
-                    "has no entry for node `{}` of the training graph (is it for another model?)",
+                    "has no entry for node `{}` of the training graph (is it for another model, \
+                     or another --granularity?)",
                     s.name
                 )));
             };
@@ -182,7 +204,8 @@ impl CostTable {
             extra.sort_unstable();
             extra.truncate(5);
             return Err(self.error(format!(
-                "names nodes the training graph does not have: {}",
+                "names nodes the training graph does not have: {} (is it for another \
+                 --granularity?)",
                 extra.join(", ")
             )));
         }

@@ -557,3 +557,32 @@ fn vgg16_op_level_dependencies() {
         set(&["pool_indices", "skip_backward"])
     );
 }
+
+#[test]
+fn a_cost_table_knows_the_granularity_it_was_measured_at() {
+    let model = ModelConfig::new(2);
+    for (name, granularity) in [
+        ("vgg16", Granularity::Layer),
+        ("vgg16", Granularity::Op),
+        ("resnet50", Granularity::Op),
+        ("mlp", Granularity::Op),
+    ] {
+        let config = TrainingConfig {
+            granularity,
+            ..TrainingConfig::default()
+        };
+        let g = build_training_graph(name, &model, &config).unwrap();
+        assert_eq!(table_for(&g).granularity(), granularity, "{name}");
+        // A table applies to the graph of its own granularity only.
+        let other = TrainingConfig {
+            granularity: match granularity {
+                Granularity::Op => Granularity::Layer,
+                Granularity::Layer => Granularity::Op,
+            },
+            costs: Costs::Measured(table_for(&g)),
+            ..TrainingConfig::default()
+        };
+        let err = build_training_graph(name, &model, &other).unwrap_err();
+        assert!(err.to_string().contains("--granularity"), "{err}");
+    }
+}
