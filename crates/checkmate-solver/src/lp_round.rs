@@ -222,18 +222,21 @@ impl Strategy for LpRound {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
-        plan_lp_round(graph, budget_bytes, options, true)
+        plan_lp_round(graph, budget_bytes, options, true, true)
     }
 }
 
-/// `lp-round`; `fix` enables step 3b (the fixed-keep MILP), which `milp` skips when it only wants
-/// a quick incumbent.
+/// `lp-round`; `fix` enables its MILPs (the fixed-keep and RINS MILPs and the exact polish), which
+/// `milp` skips when it only wants an incumbent; `search` the swaps and the iterated local search
+/// (on whenever `fix` is).
 pub(crate) fn plan_lp_round(
     graph: &Graph,
     budget_bytes: u64,
     options: &SolveOptions,
     fix: bool,
+    search: bool,
 ) -> Result<Outcome> {
+    let search = search || fix;
     let start = Instant::now();
     let limit = default_limit(graph, options);
     let deadline = start + limit;
@@ -414,7 +417,7 @@ pub(crate) fn plan_lp_round(
     // the excess elsewhere (a third of the time left in all; on random layered graphs at tight
     // budgets the repaired plans were 10-30% above the optimum, and the LP too weak to guide the
     // restricted MILPs there).
-    if fix {
+    if search {
         optima.sort_by(|a, b| a.cost.total_cmp(&b.cost));
         optima.dedup_by(|a, b| a.keeps == b.keeps);
         let now = Instant::now();
@@ -731,7 +734,8 @@ mod tests {
                 seed,
                 ..SolveOptions::default()
             };
-            let out = plan_lp_round(&g, 9_555_096_371, &options, false).expect("lp-round runs");
+            let out =
+                plan_lp_round(&g, 9_555_096_371, &options, false, false).expect("lp-round runs");
             let plan = out.plan.expect("a plan within budget");
             let sim = simulate(&g, &plan).expect("a valid plan");
             assert!(sim.peak_bytes <= 9_555_096_371);
