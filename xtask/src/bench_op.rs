@@ -202,22 +202,7 @@ fn graph(spec: &Spec, granularity: Granularity) -> Result<Graph> {
 /// The least total budget `lp-round` finds a plan for: from its refusal of a budget just above
 /// static memory ("no schedule fits in less than N activation bytes").
 fn least_feasible(bin: &Path, path: &Path, g: &Graph) -> Option<u64> {
-    let budget = (g.static_bytes() + (1 << 20)).to_string();
-    let args: Vec<String> = [
-        "solve",
-        "--graph",
-        &path.display().to_string(),
-        "--strategy",
-        "lp-round",
-        "--budget",
-        &budget,
-        "--time-limit",
-        "30",
-        "--json",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = lp_round_args(path, g.static_bytes() + (1 << 20), 30);
     let err = checkmate(bin, &args).err()?;
     let tail = err.split("no schedule fits in less than ").nth(1)?;
     let n: u64 = tail.split_whitespace().next()?.parse().ok()?;
@@ -233,8 +218,9 @@ struct Point {
     error: Option<String>,
 }
 
-fn solve_point(bin: &Path, path: &Path, total: u64, fraction: f64, limit: u64) -> Point {
-    let args: Vec<String> = [
+/// `checkmate solve` arguments: `lp-round` on `path` at `total` bytes, one thread, JSON.
+fn lp_round_args(path: &Path, total: u64, limit: u64) -> Vec<String> {
+    [
         "solve",
         "--graph",
         &path.display().to_string(),
@@ -250,7 +236,11 @@ fn solve_point(bin: &Path, path: &Path, total: u64, fraction: f64, limit: u64) -
     ]
     .iter()
     .map(|s| s.to_string())
-    .collect();
+    .collect()
+}
+
+fn solve_point(bin: &Path, path: &Path, total: u64, fraction: f64, limit: u64) -> Point {
+    let args = lp_round_args(path, total, limit);
     match checkmate(bin, &args) {
         Ok(v) => Point {
             fraction,

@@ -310,6 +310,17 @@ fn strategy(name: &str) -> PyResult<Box<dyn checkmate_solver::Strategy>> {
     strategy_by_name(name).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// The keys of `solve`'s answer that come with a plan (the first five from the simulator).
+const PLAN_KEYS: [&str; 7] = [
+    "cost",
+    "peak_bytes",
+    "total_peak_bytes",
+    "overhead",
+    "computes",
+    "plan",
+    "plan_json",
+];
+
 /// Solves `graph` under `budget` (total bytes as int, or "80%" of the checkpoint-all activation
 /// peak plus static memory, or units such as "6GiB") with `strategy` (see `strategies()`), as
 /// `checkmate solve` does. Returns a dict: strategy, status, cost, lower_bound, peak_bytes,
@@ -348,13 +359,7 @@ fn solve<'py>(
     match &solution.plan {
         Some(plan) => {
             let s = simulation_dict(py, g, plan)?;
-            for key in [
-                "cost",
-                "peak_bytes",
-                "total_peak_bytes",
-                "overhead",
-                "computes",
-            ] {
+            for key in &PLAN_KEYS[..5] {
                 d.set_item(key, s.get_item(key)?)?;
             }
             d.set_item("plan", steps_list(plan))?;
@@ -371,15 +376,7 @@ fn solve<'py>(
             d.set_item("plan_json", file.to_json(g))?;
         }
         None => {
-            for key in [
-                "cost",
-                "peak_bytes",
-                "total_peak_bytes",
-                "overhead",
-                "computes",
-                "plan",
-                "plan_json",
-            ] {
+            for key in PLAN_KEYS {
                 d.set_item(key, py.None())?;
             }
         }
