@@ -100,8 +100,8 @@ fn main() -> Result<()> {
 /// CIFAR variants) at 64x64 and batch 32, where activations are close to half of the step's memory
 /// (static 185 MiB; checkpoint-all's activation peak 155 MiB on the layer graph, 99 MiB on the
 /// operator-level graph `train` uses by default), under a budget of 75% of the latter, which the
-/// layer graph's checkpoint-all misses by about 80 MiB, enforced on the process heap. About a
-/// minute and a half of training on 2 cores (6 plan steps and 2 reference steps of about 10 s).
+/// layer graph's checkpoint-all misses by about 80 MiB, enforced on the process heap. Under a
+/// minute of training on 2 cores (6 plan steps and 2 reference steps of about 4 s).
 /// Flags the user gives win.
 const TRAIN_DEFAULTS: &[(&str, &str)] = &[
     ("--model", "vgg16"),
