@@ -413,19 +413,20 @@ struct PooledSlice<'a> {
     out: [usize; 2],
 }
 
-/// Upstream-gradient rows of one chunk: `dY` itself, or `dY` masked by a fused ReLU (`at` is the
-/// index of `gy[0]` in the whole gradient) copied into a buffer of `opg * rows` elements. With
-/// `pooled`, `gy` is the whole pooled gradient and each element is expanded from its window
-/// first (`0 + g`, as max pooling's own backward adds it onto zeros).
+/// Upstream-gradient rows of one chunk of the group whose first output element is `at`: `dY`
+/// itself, or `dY` masked by a fused ReLU copied into a buffer of `opg * rows` elements. With
+/// `pooled`, `gy` is the pooled gradient and each element is expanded from its window first
+/// (`0 + g`, as max pooling's own backward adds it onto zeros).
 fn masked_rows<'a, T: WithDType>(
     gy: &'a [T],
-    mask: Option<(&MaskSlice<'_, T>, usize)>,
-    pooled: Option<(&PooledSlice<'_>, usize)>,
+    at: usize,
+    mask: Option<&MaskSlice<'_, T>>,
+    pooled: Option<&PooledSlice<'_>>,
     (opg, positions, p0, rows, ow): (usize, usize, usize, usize, usize),
     buf: &'a mut [T],
 ) -> (&'a [T], usize) {
     let zero = T::from_f64(0.0);
-    if let Some((pl, at)) = pooled {
+    if let Some(pl) = pooled {
         let [ph, pw] = pl.window;
         let [poh, pow] = pl.out;
         // `at` is the first element of channel plane `at / positions`.
@@ -436,7 +437,7 @@ fn masked_rows<'a, T: WithDType>(
                 let p = p0 + r;
                 let (y, x) = (p / ow, p % ow);
                 let (py, px) = (y / ph, x / pw);
-                let passes = mask.map_or(true, |(m, _)| m.passes(at + o * positions + p));
+                let passes = mask.map_or(true, |m| m.passes(at + o * positions + p));
                 *slot = if passes && py < poh && px < pow {
                     let q = (plane * poh + py) * pow + px;
                     if pl.indices[q] as usize == (y % ph) * pw + x % pw {
@@ -451,18 +452,14 @@ fn masked_rows<'a, T: WithDType>(
         }
         return (&buf[..opg * rows], rows);
     }
-    let Some((m, at)) = mask else {
-        return (&gy[p0..], positions);
+    let Some(m) = mask else {
+        return (&gy[at + p0..], positions);
     };
     for o in 0..opg {
-        let base = o * positions + p0;
+        let base = at + o * positions + p0;
         let src = &gy[base..];
         for (r, slot) in buf[o * rows..(o + 1) * rows].iter_mut().enumerate() {
-            *slot = if m.passes(at + base + r) {
-                src[r]
-            } else {
-                zero
-            };
+            *slot = if m.passes(base + r) { src[r] } else { zero };
         }
     }
     (&buf[..opg * rows], rows)
@@ -516,7 +513,6 @@ fn backward_typed<T: WithDType>(
     } else {
         Vec::new()
     };
-    let out_elems: usize = out_dims.iter().product();
     match relu {
         Some(ReluMask::Output(y)) if y.dims() != out_dims => {
             candle_core::bail!(
@@ -524,14 +520,7 @@ fn backward_typed<T: WithDType>(
                 y.dims()
             )
         }
-        Some(ReluMask::Bits(m))
-            if m.dtype() != DType::U8 || m.elem_count() != out_elems.div_ceil(8) =>
-        {
-            candle_core::bail!(
-                "conv_cpu: mask of {} bytes for output {out_dims:?}",
-                m.elem_count()
-            )
-        }
+        Some(ReluMask::Bits(m)) => crate::saved_cpu::check_mask(m, out_dims.iter().product())?,
         _ => {}
     }
     let mut body = |xs: Option<&[T]>,
@@ -554,12 +543,14 @@ fn backward_typed<T: WithDType>(
                 let wg = &ws[g * opg * k_len..];
                 let at = (s * geo.cout + g * opg) * positions;
                 for (p0, rows) in geo.chunks(elem) {
-                    let geometry = (opg, positions, p0, rows, geo.ow);
-                    let mask = ys.as_ref().map(|m| (m, at));
-                    let (gy, stride) = match &pl {
-                        Some(pl) => masked_rows(gs, mask, Some((pl, at)), geometry, &mut gbuf),
-                        None => masked_rows(&gs[at..], mask, None, geometry, &mut gbuf),
-                    };
+                    let (gy, stride) = masked_rows(
+                        gs,
+                        at,
+                        ys.as_ref(),
+                        pl.as_ref(),
+                        (opg, positions, p0, rows, geo.ow),
+                        &mut gbuf,
+                    );
                     if need_db {
                         // Bias gradient of the masked rows, channel by channel in a fixed order.
                         for o in 0..opg {
@@ -639,7 +630,7 @@ fn backward_typed<T: WithDType>(
     Ok((dx, dw, db))
 }
 
-/// Elements of the masked upstream-gradient buffer of [`backward_relu`]: `opg * rows`.
+/// Elements of the masked upstream-gradient buffer of [`gradients`]: `opg * rows`.
 pub fn masked_elems(geo: &Geom, elem: usize) -> usize {
     geo.opg() * geo.chunk_rows(elem)
 }
@@ -656,47 +647,35 @@ pub fn backward(
     need_dx: bool,
     need_dw: bool,
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-    let (dx, dw, _) = match x.dtype() {
-        DType::F32 => backward_typed::<f32>(Some(x), w, dy, None, None, geo, need_dx, need_dw)?,
-        DType::F64 => backward_typed::<f64>(Some(x), w, dy, None, None, geo, need_dx, need_dw)?,
-        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
-    };
+    let (dx, dw, _) = gradients(Some(x), w, None, None, dy, geo, need_dx, need_dw)?;
     Ok((dx, dw))
 }
 
-/// [`backward`] of a convolution followed by ReLU, from the gradient `dy` of the ReLU's output:
-/// the ReLU mask (its output `y > 0`, or packed bits) is applied chunk by chunk ([`masked_elems`]
-/// more scratch, instead of a masked copy of the whole gradient). Returns `(dx, dW, db)`; `db`
-/// sums the masked gradient and comes with `dW`. The input `x` is needed only for `dW`; with
-/// `pooled`, `dy` is the gradient of the max pooling that reads the ReLU's output.
-#[allow(clippy::type_complexity)]
-#[allow(clippy::too_many_arguments)]
-pub fn backward_relu(
+/// [`backward`] in general: `x` is needed only for `dW`; with `relu`, `dy` is the gradient of a
+/// fused ReLU's output and its mask (the ReLU's output `y > 0`, or packed bits) is applied chunk
+/// by chunk ([`masked_elems`] more scratch, instead of a masked copy of the whole gradient), and
+/// the bias gradient of the masked rows comes with `dW` (`(dx, dW, db)`; `db` is `None` without a
+/// ReLU); with `pooled` (a ReLU needed), `dy` is the gradient of the max pooling that reads the
+/// ReLU's output.
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub fn gradients(
     x: Option<&Tensor>,
     w: &Tensor,
-    mask: ReluMask<'_>,
+    relu: Option<ReluMask<'_>>,
     pooled: Option<Pooled<'_>>,
     dy: &Tensor,
     geo: &Geom,
     need_dx: bool,
     need_dw: bool,
 ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    if pooled.is_some() && relu.is_none() {
+        candle_core::bail!("conv_cpu: a pooled gradient needs the convolution's fused ReLU")
+    }
     match dy.dtype() {
-        DType::F32 => backward_typed::<f32>(x, w, dy, Some(mask), pooled, geo, need_dx, need_dw),
-        DType::F64 => backward_typed::<f64>(x, w, dy, Some(mask), pooled, geo, need_dx, need_dw),
+        DType::F32 => backward_typed::<f32>(x, w, dy, relu, pooled, geo, need_dx, need_dw),
+        DType::F64 => backward_typed::<f64>(x, w, dy, relu, pooled, geo, need_dx, need_dw),
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     }
-}
-
-/// The input gradient alone of a convolution without activation, from `dy` (the input itself is
-/// not read).
-pub fn backward_data(w: &Tensor, dy: &Tensor, geo: &Geom) -> Result<Tensor> {
-    let (dx, _, _) = match dy.dtype() {
-        DType::F32 => backward_typed::<f32>(None, w, dy, None, None, geo, true, false)?,
-        DType::F64 => backward_typed::<f64>(None, w, dy, None, None, geo, true, false)?,
-        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
-    };
-    dx.ok_or_else(|| candle_core::Error::Msg("conv_cpu: no input gradient".into()))
 }
 
 fn data_grad_typed<T: WithDType>(

@@ -814,13 +814,10 @@ impl Executor {
             },
             _ => None,
         };
-        let g_pre = match g_out {
-            Some(g) if act == Activation::Linear || relu_mask.is_some() => Some(g),
-            Some(g) if saved_mask.is_some() => {
-                let m = saved_mask.ok_or_else(|| self.unsupported(l, "no mask"))?;
-                Some(crate::saved_cpu::mask_backward(&g, m).ctx(ctx)?)
-            }
-            Some(g) => {
+        let g_pre = match (g_out, saved_mask) {
+            (Some(g), _) if act == Activation::Linear || relu_mask.is_some() => Some(g),
+            (Some(g), Some(m)) => Some(crate::saved_cpu::mask_backward(&g, m).ctx(ctx)?),
+            (Some(g), None) => {
                 // GELU reads its input only; the others read their output.
                 let y = match (y, xs[0]) {
                     (Some(y), _) => y,
@@ -829,7 +826,7 @@ impl Executor {
                 };
                 Some(k::activation_backward(xs[0], y, &g, act, axis).ctx(ctx)?)
             }
-            None => None,
+            (None, _) => None,
         };
         let Some(g) = add(g_pre, post)? else {
             return Err(self.unsupported(l, "backward node without upstream gradient"));
@@ -857,28 +854,6 @@ impl Executor {
             Op::Dense(_) if part == Part::Inputs => {
                 outs[0] = Some(k::dense_backward_data(&self.params[l][0], &g, &x_dims).ctx(ctx)?);
             }
-            Op::Conv2d(c) if part != Part::Whole => {
-                let w = &self.params[l][0];
-                let x = if part == Part::Params {
-                    Some(x0()?)
-                } else {
-                    None
-                };
-                let (dx, dw, db) = k::conv2d_backward_split(
-                    x,
-                    &x_dims,
-                    w,
-                    relu_mask,
-                    pooled,
-                    &g,
-                    c,
-                    part == Part::Inputs,
-                    part == Part::Params,
-                )
-                .ctx(ctx)?;
-                self.store_grads(l, first_time, [dw, db]);
-                outs[0] = dx;
-            }
             Op::MaxPool2d(p) if saved.is_some() => {
                 let Some((idx, SavedKind::PoolIndex)) = saved else {
                     return Err(self.unsupported(l, "max pooling without its indices"));
@@ -894,22 +869,30 @@ impl Executor {
             }
             Op::Conv2d(c) => {
                 let w = &self.params[l][0];
-                let (dx, dw, db) = match relu_mask {
-                    Some(ReluMask::Output(y)) => {
+                let (dx, dw, db) = match (relu_mask, part) {
+                    (Some(ReluMask::Output(y)), Part::Whole) => {
                         k::conv2d_backward_relu(x0()?, w, y, &g, c, need(0), first_time, c.bias)
                     }
-                    Some(bits) => k::conv2d_backward_split(
-                        Some(x0()?),
+                    (None, Part::Whole) => {
+                        k::conv2d_backward(x0()?, w, &g, c, need(0), first_time, c.bias)
+                    }
+                    // Operator level: a bit mask, a pooled gradient, or one part of the two (the
+                    // input-gradient part does not read the input).
+                    (mask, _) => k::conv2d_backward_split(
+                        if part == Part::Inputs {
+                            None
+                        } else {
+                            Some(x0()?)
+                        },
                         &x_dims,
                         w,
-                        Some(bits),
+                        mask,
                         pooled,
                         &g,
                         c,
                         need(0),
                         first_time,
                     ),
-                    None => k::conv2d_backward(x0()?, w, &g, c, need(0), first_time, c.bias),
                 }
                 .ctx(ctx)?;
                 self.store_grads(l, first_time, [dw, db]);

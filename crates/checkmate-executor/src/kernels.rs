@@ -508,18 +508,19 @@ pub fn conv2d_backward_relu(
         let geo = ConvGeom::for_grad(x, w, c, g)?.chunked();
         let relu = conv_cpu::ReluMask::Output(y);
         let (dx, dw, db) =
-            conv_cpu::backward_relu(Some(x), w, relu, None, g, &geo, need_dx, need_dw)?;
+            conv_cpu::gradients(Some(x), w, Some(relu), None, g, &geo, need_dx, need_dw)?;
         return Ok((dx, dw, if bias { db } else { None }));
     }
     let g = activation_backward(Some(x), y, g, Activation::Relu, 1)?;
     conv2d_backward(x, w, &g, c, need_dx, need_dw, bias)
 }
 
-/// Operator-level gradients of a convolution (CPU, f32/f64 only): the input gradient alone
-/// (`x` may be `None`, `x_dims` gives its shape) or the kernel and bias gradients alone (`x`
-/// needed), from the gradient `g` of the output of its fused ReLU, masked by `relu` (packed bits
-/// or the ReLU's output), or of its output when it has no activation. With `pooled`, `g` is the
-/// gradient of the max pooling that reads the ReLU's output, expanded chunk by chunk.
+/// Operator-level gradients of a convolution (CPU, f32/f64 only): the input gradient when
+/// `need_dx` (then `x` may be `None`: `x_dims` gives its shape), the kernel and bias gradients
+/// when `need_dw` (`x` needed), from the gradient `g` of the output of its fused ReLU, masked by
+/// `relu` (packed bits or the ReLU's output), or of its output when it has no activation. With
+/// `pooled`, `g` is the gradient of the max pooling that reads the ReLU's output, expanded chunk
+/// by chunk.
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn conv2d_backward_split(
     x: Option<&Tensor>,
@@ -535,39 +536,15 @@ pub fn conv2d_backward_split(
     if !conv_cpu::applies(g) {
         candle_core::bail!("operator-level convolution gradients run on the CPU (f32, f64) only")
     }
-    let geo = ConvGeom::of_dims(x_dims, w, c)?;
-    if pooled.is_none() && g.dims() != [geo.n, geo.cout, geo.oh, geo.ow] {
-        candle_core::bail!("conv2d backward: gradient {:?} does not fit", g.dims())
-    }
-    let geo = geo.chunked();
-    match relu {
-        Some(mask) => {
-            let (dx, dw, db) =
-                conv_cpu::backward_relu(x, w, mask, pooled, g, &geo, need_dx, need_dw)?;
-            Ok((dx, dw, if c.bias { db } else { None }))
-        }
-        None if pooled.is_some() => {
-            candle_core::bail!("a pooled gradient needs the convolution's fused ReLU")
-        }
-        None => {
-            let db = if c.bias && need_dw {
-                Some(g.sum((0, 2, 3))?)
-            } else {
-                None
-            };
-            let dx = if need_dx {
-                Some(conv_cpu::backward_data(w, g, &geo)?)
-            } else {
-                None
-            };
-            let dw = match (need_dw, x) {
-                (true, Some(x)) => conv_cpu::backward(x, w, g, &geo, false, true)?.1,
-                (true, None) => candle_core::bail!("the kernel gradient needs the input"),
-                (false, _) => None,
-            };
-            Ok((dx, dw, db))
-        }
-    }
+    let geo = ConvGeom::of_dims(x_dims, w, c)?.chunked();
+    let (dx, dw, db) = conv_cpu::gradients(x, w, relu, pooled, g, &geo, need_dx, need_dw)?;
+    // Without a fused ReLU the kernel forms no bias gradient: the gradient's channel sums.
+    let db = match db {
+        Some(db) => Some(db).filter(|_| c.bias),
+        None if c.bias && need_dw => Some(g.sum((0, 2, 3))?),
+        None => None,
+    };
+    Ok((dx, dw, db))
 }
 
 /// Window `(a, b)` of every output position: `[N, C, oh, ow]` with element `(y, x)` taken from

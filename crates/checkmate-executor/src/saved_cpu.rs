@@ -62,7 +62,7 @@ pub fn mask_backward(g: &Tensor, mask: &Tensor) -> Result<Tensor> {
             Tensor::from_vec(out, g.dims(), g.device())
         })
     }
-    check_mask(g, mask)?;
+    check_mask(mask, g.elem_count())?;
     with_slice::<u8, _>(mask, |bits| match g.dtype() {
         DType::F32 => run::<f32>(g, bits),
         DType::F64 => run::<f64>(g, bits),
@@ -70,14 +70,13 @@ pub fn mask_backward(g: &Tensor, mask: &Tensor) -> Result<Tensor> {
     })
 }
 
-/// Checks that `mask` is a packed mask with one bit per element of `g`.
-pub fn check_mask(g: &Tensor, mask: &Tensor) -> Result<()> {
-    if mask.dtype() != DType::U8 || mask.elem_count() != g.elem_count().div_ceil(8) {
+/// Checks that `mask` is a packed mask with one bit per element of a tensor of `elements`.
+pub fn check_mask(mask: &Tensor, elements: usize) -> Result<()> {
+    if mask.dtype() != DType::U8 || mask.elem_count() != elements.div_ceil(8) {
         candle_core::bail!(
-            "mask of {} {:?} bytes for a gradient of {} elements",
+            "mask of {} {:?} bytes for a tensor of {elements} elements",
             mask.elem_count(),
             mask.dtype(),
-            g.elem_count()
         )
     }
     Ok(())
