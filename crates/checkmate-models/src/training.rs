@@ -257,8 +257,7 @@ impl Network {
                 Some(SavedKind::PoolIndex)
             }
             Op::Conv2d(_) | Op::ConvTranspose2d(_) | Op::Dense(_) | Op::Activation(_)
-                if matches!(l.op.activation(), Activation::Relu | Activation::Relu6)
-                    || matches!(l.op, Op::Activation(Activation::Relu | Activation::Relu6)) =>
+                if matches!(l.op.activation(), Activation::Relu | Activation::Relu6) =>
             {
                 Some(SavedKind::ActivationMask)
             }
@@ -552,11 +551,15 @@ impl Network {
             let full_cost =
                 l.op.backward_flops(&l.input_types, &l.output.shape, any_input_grad);
             let mut deps: Vec<u64> = layer_deps(&reads);
+            let mut cost = full_cost + extra;
             if let Some(w) = weight_node[id] {
                 // Parameter gradients: everything the rule reads. Input gradients: the saved
                 // state or own output only (a convolution's or dense layer's input gradient
-                // does not read its input).
+                // does not read its input), and the rest of the work, masking again included.
                 let param_cost = l.op.backward_flops(&l.input_types, &l.output.shape, false);
+                cost = full_cost - param_cost
+                    + out_elems * l.op.activation().backward_flops_per_element()
+                    + extra;
                 let mut wdeps = deps.clone();
                 wdeps.extend(&upstream_deps);
                 specs[w] = Some(NodeSpec {
@@ -573,14 +576,6 @@ impl Network {
                 deps = layer_deps(&reads);
             }
             deps.extend(&upstream_deps);
-            let cost = match weight_node[id] {
-                Some(_) => {
-                    full_cost - l.op.backward_flops(&l.input_types, &l.output.shape, false)
-                        + out_elems * l.op.activation().backward_flops_per_element()
-                        + extra
-                }
-                None => full_cost + extra,
-            };
             specs[node_of[id]] = Some(NodeSpec {
                 id: node_of[id] as u64,
                 name: format!("{}_backward", l.name),
