@@ -130,32 +130,40 @@ impl ModelArgs {
         Ok(config)
     }
 
-    /// `--granularity` when given; else the one a `--costs` table was measured at; else
-    /// `default`.
-    pub fn granularity_or(&self, default: Granularity) -> Result<Granularity> {
-        if let Some(g) = self.granularity {
-            return Ok(g);
-        }
-        Ok(
-            match Costs::from_arg(&self.costs)
-                .with_context(|| format!("cannot use --costs {}", self.costs))?
-            {
+    /// The granularity of the commands that run kernels (`train`, `max-batch`, `profile`), fixed
+    /// in the flags: `--granularity` when given; else the one a `--costs` table was measured at;
+    /// else operator level on the CPU and layer level on CUDA (`device`), where the
+    /// operator-level kernels do not run yet.
+    pub fn settle_granularity(&mut self, device: &str) -> Result<()> {
+        if self.granularity.is_none() {
+            let costs = self.costs()?;
+            self.granularity = Some(match costs {
                 Costs::Measured(table) => table.granularity(),
-                Costs::Flops => default,
-            },
-        )
+                Costs::Flops if crate::train_cmd::parse_device(device)?.is_cpu() => Granularity::Op,
+                Costs::Flops => Granularity::Layer,
+            });
+        }
+        Ok(())
+    }
+
+    fn costs(&self) -> Result<Costs> {
+        Costs::from_arg(&self.costs).with_context(|| format!("cannot use --costs {}", self.costs))
     }
 
     /// The training configuration from the flags.
     pub fn training_config(&self) -> Result<TrainingConfig> {
-        let granularity = self.granularity_or(Granularity::Layer)?;
+        let costs = self.costs()?;
+        // `--granularity`, else the one a `--costs` table was measured at, else layer level.
+        let granularity = self.granularity.unwrap_or_else(|| match &costs {
+            Costs::Measured(table) => table.granularity(),
+            Costs::Flops => Granularity::Layer,
+        });
         Ok(TrainingConfig {
             optimizer: match self.optimizer {
                 OptimizerArg::Sgd => Optimizer::SgdMomentum,
                 OptimizerArg::Adam => Optimizer::Adam,
             },
-            costs: Costs::from_arg(&self.costs)
-                .with_context(|| format!("cannot use --costs {}", self.costs))?,
+            costs,
             workspace: self.workspace,
             granularity,
         })

@@ -216,14 +216,8 @@ impl MaxBatchArgs {
 
 /// Runs `checkmate max-batch`.
 pub fn run(mut args: MaxBatchArgs) -> Result<()> {
-    // Operator-level graphs by default: the plans that save the most (docs/OP_GRAPHS.md). Their
-    // kernels run on the CPU only so far: a CUDA confirmation keeps layer graphs.
-    let default = if parse_device(&args.device)?.is_cpu() {
-        Granularity::Op
-    } else {
-        Granularity::Layer
-    };
-    args.model.granularity = Some(args.model.granularity_or(default)?);
+    // Operator-level graphs by default on the CPU (docs/OP_GRAPHS.md).
+    args.model.settle_granularity(&args.device)?;
     let name = args
         .model
         .model

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use candle_core::{DType, Device};
 use checkmate_executor::Executor;
 use checkmate_graph::{format_bytes, Budget, NodeKind};
-use checkmate_models::{CostTable, Costs, Granularity, ModelConfig, TrainingConfig};
+use checkmate_models::{CostTable, Costs, ModelConfig, TrainingConfig};
 use checkmate_profiler::{
     check_plans, compare_tables, fit, profile_executor, CostFit, Phase, PlanCheck, Profile,
     ProfileOptions, Progress,
@@ -317,14 +317,9 @@ fn rel_to_checkpoint_all(checks: &[CheckResult]) -> Vec<Option<f64>> {
 /// Runs `checkmate profile`.
 pub fn run(mut args: ProfileArgs) -> Result<()> {
     let started = Instant::now();
-    // The nodes `train` runs by default (operator level on the CPU), so that its cost table
-    // names every node.
-    let default = if parse_device(&args.device)?.is_cpu() {
-        Granularity::Op
-    } else {
-        Granularity::Layer
-    };
-    args.model.granularity = Some(args.model.granularity_or(default)?);
+    // The nodes `train` runs by default (operator level on the CPU), so that the cost table
+    // names every one of them.
+    args.model.settle_granularity(&args.device)?;
     let name = args.model_name()?.to_string();
     let batch = args
         .model

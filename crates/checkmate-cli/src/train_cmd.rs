@@ -301,14 +301,8 @@ fn progress_bar(len: u64, label: &str) -> ProgressBar {
 
 /// Runs `checkmate train`.
 pub fn run(mut args: TrainArgs) -> Result<()> {
-    // Operator-level graphs by default: the plans that save the most (docs/OP_GRAPHS.md). Their
-    // kernels (bit masks, pooling winners, split gradients) run on the CPU only so far.
-    let default = if parse_device(&args.device)?.is_cpu() {
-        Granularity::Op
-    } else {
-        Granularity::Layer
-    };
-    args.model.granularity = Some(args.model.granularity_or(default)?);
+    // Operator-level graphs by default on the CPU (docs/OP_GRAPHS.md).
+    args.model.settle_granularity(&args.device)?;
     let name = args
         .model
         .model
