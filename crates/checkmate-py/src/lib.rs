@@ -266,12 +266,12 @@ fn budget_bytes(g: &RGraph, budget: &Bound<'_, PyAny>) -> PyResult<u64> {
         ));
     };
     let total = b.total_bytes(g.static_bytes(), CheckpointAll::peak_bytes(g));
+    // The CLI's error, word for word.
     total.checked_sub(g.static_bytes()).ok_or_else(|| {
-        err(format!(
-            "budget {total} bytes does not hold the static memory ({} bytes); give at least that \
-             plus the activation memory",
-            g.static_bytes()
-        ))
+        err(checkmate_solver::Error::BelowStatic {
+            total_bytes: total,
+            static_bytes: g.static_bytes(),
+        })
     })
 }
 
