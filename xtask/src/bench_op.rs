@@ -31,6 +31,8 @@ use checkmate_models::{build_training_graph, Granularity, ImageSize, ModelConfig
 use checkmate_solver::baselines::CheckpointAll;
 use serde_json::Value;
 
+use crate::bench_results::{gib, mib};
+
 /// Markers of this bench's section in docs/RESULTS.md.
 pub const BEGIN: &str = "<!-- op-graphs:begin -->";
 /// End marker.
@@ -156,14 +158,6 @@ fn parse(args: &[String]) -> Result<Args> {
         }
     }
     Ok(a)
-}
-
-fn gib(b: f64) -> String {
-    format!("{:.2} GiB", b / (1u64 << 30) as f64)
-}
-
-fn mib(b: f64) -> String {
-    format!("{:.1} MiB", b / (1u64 << 20) as f64)
 }
 
 /// Runs `checkmate ARGS`; the last stdout line as JSON, or the last stderr line as the error.

@@ -886,11 +886,11 @@ fn not_run(md: &mut String, part: &str) -> Result<()> {
     Ok(())
 }
 
-fn gib(b: f64) -> String {
+pub(crate) fn gib(b: f64) -> String {
     format!("{:.2} GiB", b / (1u64 << 30) as f64)
 }
 
-fn mib(b: f64) -> String {
+pub(crate) fn mib(b: f64) -> String {
     format!("{:.1} MiB", b / (1u64 << 20) as f64)
 }
 
