@@ -131,6 +131,12 @@ impl LayeredParams {
     }
 }
 
+/// A node's output bytes: `10 * ceil(X)`, `X` exponential of mean 200 (step 6 of the recipe).
+fn output_bytes(rng: &mut Rng) -> u64 {
+    let x = -200.0 * (1.0 - rng.unit()).ln();
+    10 * (x.ceil() as u64).max(1)
+}
+
 /// A random layered graph: forward nodes only, cost unit `"duration"`, no static memory.
 ///
 /// Errors: parameters out of range ([`Error::InvalidField`] naming the parameter).
@@ -205,8 +211,7 @@ pub fn random_layered(params: &LayeredParams, seed: u64) -> Result<Graph> {
     let specs = (0..n)
         .map(|v| {
             let cost = if v < 2 { 0.0 } else { rng.below(1000) as f64 };
-            let x = -200.0 * (1.0 - rng.unit()).ln();
-            let bytes = 10 * (x.ceil() as u64).max(1);
+            let bytes = output_bytes(&mut rng);
             let mut d: Vec<u64> = deps[v].iter().map(|&u| u as u64).collect();
             d.sort_unstable();
             NodeSpec {
@@ -346,13 +351,13 @@ impl Family {
             .iter()
             .enumerate()
             .map(|(v, d)| {
-                let x = -200.0 * (1.0 - rng.unit()).ln();
+                let bytes = output_bytes(&mut rng);
                 NodeSpec {
                     id: v as u64,
                     name: format!("n{v}"),
                     kind: NodeKind::Forward,
                     cost: (1 + rng.below(999)) as f64,
-                    bytes: 10 * (x.ceil() as u64).max(1),
+                    bytes,
                     workspace_bytes: 0,
                     deps: d.iter().map(|&u| u as u64).collect(),
                 }
