@@ -313,15 +313,6 @@ pub fn run(mut args: TrainArgs) -> Result<()> {
     let net = checkmate_models::model_by_name(&name, &args.model.model_config()?)?;
     let training = args.model.training_config()?;
     let new_exec = || Executor::new(net.clone(), &training, &device, DType::F32, args.seed);
-    // The reference a user compares with is checkpoint-all of the layer graph (what training
-    // without any of this holds): at operator level its steps run on the layer graph, FLOP
-    // costs (only its heap, time and weights are reported).
-    let op_level = training.granularity == Granularity::Op;
-    let layer_training = TrainingConfig {
-        granularity: Granularity::Layer,
-        costs: checkmate_models::Costs::Flops,
-        ..training.clone()
-    };
     if device.is_cpu() {
         // gemm's per-thread buffers live as long as the process: part of the baseline.
         heap::warm_up_cpu()?;
@@ -359,13 +350,21 @@ pub fn run(mut args: TrainArgs) -> Result<()> {
     let mut baseline: Option<Run> = None;
     if baseline_steps > 0 {
         let bar = progress_bar(baseline_steps, "checkpoint-all");
-        let (mut base_exec, base_plan) = if op_level {
+        // The reference a user compares with is checkpoint-all of the layer graph (what training
+        // without any of this holds): at operator level its steps run on the layer graph, FLOP
+        // costs (only its heap, time and weights are reported).
+        let (mut base_exec, base_plan) = if training.granularity == Granularity::Op {
             drop(exec);
-            let e = Executor::new(net.clone(), &layer_training, &device, DType::F32, args.seed)?;
+            let layer = TrainingConfig {
+                granularity: Granularity::Layer,
+                costs: checkmate_models::Costs::Flops,
+                ..training.clone()
+            };
+            let e = Executor::new(net.clone(), &layer, &device, DType::F32, args.seed)?;
             let plan = checkpoint_all_plan(e.graph())?;
             (e, plan)
         } else {
-            (exec, baseline_plan.clone())
+            (exec, baseline_plan)
         };
         baseline = Some(run_steps(
             &mut base_exec,
