@@ -1,7 +1,8 @@
 //! `cargo xtask ci`'s Python step: builds the `checkmate_rs` extension module (crates/checkmate-py)
 //! in the same dev build as the tests, lays the package out under `target/python/`, and runs its
-//! pytest suite with a virtual environment in `target/py-venv` (pytest from PyPI, once; pip's cache
-//! makes later ones offline). Needs Python 3.8+ with `venv`: installed with apt-get when missing
+//! pytest suite, the PyTorch tests included, in a virtual environment kept in the user's cache
+//! directory (pytest, torch and torchvision from PyPI, installed once per machine and reused by
+//! every clone; `CHECKMATE_SKIP_TORCH=1` leaves torch out and its tests are then skipped). Needs Python 3.8+ with `venv`: installed with apt-get when missing
 //! and this machine can, else the step stops naming what to install.
 
 use std::path::{Path, PathBuf};
@@ -77,28 +78,70 @@ pub fn test(cargo: &str, env: &[(&str, &str)]) -> Result<()> {
     copy_dir(&root.join("crates/checkmate-py/python/checkmate_rs"), &pkg)?;
     std::fs::copy(built_module(&root)?, pkg.join("_native.abi3.so"))
         .context("copying the module")?;
-    let venv = root.join("target/py-venv");
+    let venv = venv_dir();
     let vpy = venv.join("bin/python");
-    let has_pytest = || {
+    let vpy_s = vpy.display().to_string();
+    let imports = |module: &str| {
         Command::new(&vpy)
-            .args(["-c", "import pytest"])
+            .args(["-c", &format!("import {module}")])
             .output()
             .is_ok_and(|o| o.status.success())
     };
-    if !has_pytest() {
-        let venv_s = venv.display().to_string();
-        run_with(&python, &["-m", "venv", &venv_s], &[])?;
+    if !imports("pytest") {
+        eprintln!("creating the Python test environment in {}", venv.display());
+        run_with(&python, &["-m", "venv", &venv.display().to_string()], &[])?;
+        run_with(&vpy_s, &["-m", "pip", "install", "--quiet", "pytest"], &[])?;
+    }
+    let torch = std::env::var_os("CHECKMATE_SKIP_TORCH").is_none();
+    if torch && !(imports("torch") && imports("torchvision")) {
+        // About 3 GB with the CUDA libraries the PyPI wheel pulls; once per machine (the
+        // environment lives outside the checkout, see `venv_dir`).
+        eprintln!(
+            "installing torch and torchvision into {} (once per machine)",
+            venv.display()
+        );
         run_with(
-            &vpy.display().to_string(),
-            &["-m", "pip", "install", "--quiet", "pytest"],
+            &vpy_s,
+            &["-m", "pip", "install", "--quiet", "torch", "torchvision"],
             &[],
         )?;
     }
     let pythonpath = root.join("target/python").display().to_string();
     let bin = root.join("target/debug/checkmate").display().to_string();
+    let mut env = vec![
+        ("PYTHONPATH", pythonpath.as_str()),
+        ("CHECKMATE_BIN", bin.as_str()),
+    ];
+    if torch {
+        env.push(("CHECKMATE_REQUIRE_TORCH", "1"));
+        env.push(("CHECKMATE_README_EXAMPLE", "1"));
+    }
     run_with(
-        &vpy.display().to_string(),
-        &["-m", "pytest", "-q", "crates/checkmate-py/tests"],
-        &[("PYTHONPATH", &pythonpath), ("CHECKMATE_BIN", &bin)],
+        &vpy_s,
+        &[
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "crates/checkmate-py/tests",
+        ],
+        &env,
     )
+}
+
+/// The test environment: `$CHECKMATE_PY_VENV`, else `checkmate-rs/py-venv` in the user's cache
+/// directory (`$XDG_CACHE_HOME`, else `~/.cache`), so that a fresh clone on the same machine reuses
+/// torch instead of downloading it again; `target/py-venv` when there is no home directory.
+fn venv_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("CHECKMATE_PY_VENV") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    match cache {
+        Some(c) => c.join("checkmate-rs/py-venv"),
+        None => workspace_root().join("target/py-venv"),
+    }
 }

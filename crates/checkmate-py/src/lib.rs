@@ -450,6 +450,40 @@ fn sweep<'py>(
     Ok(out)
 }
 
+/// The exact 0/1 knapsack (HiGHS): items maximizing the total of `values` with the total of
+/// `weights` at most `capacity` (PyTorch's `activation_memory_budget` problem: save the
+/// activations whose recomputation would cost most within a memory budget). Returns a dict:
+/// chosen (sorted item indices), value, weight, optimal (false when `time_limit` seconds stopped
+/// the search). Raises CheckmateError for negative or non-finite input, naming the item.
+#[pyfunction]
+#[pyo3(signature = (values, weights, capacity, *, time_limit=None))]
+fn knapsack<'py>(
+    py: Python<'py>,
+    values: Vec<f64>,
+    weights: Vec<f64>,
+    capacity: f64,
+    time_limit: Option<f64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let limit = match time_limit {
+        Some(t) if !(t.is_finite() && t > 0.0) => {
+            return Err(PyValueError::new_err(format!(
+                "time_limit {t}: give a positive number of seconds"
+            )))
+        }
+        t => t.map(std::time::Duration::from_secs_f64),
+    };
+    let k = py
+        .allow_threads(|| checkmate_solver::knapsack::solve(&values, &weights, capacity, limit))
+        .map_err(err)?;
+    let d = PyDict::new(py);
+    let chosen: Vec<usize> = (0..k.chosen.len()).filter(|&i| k.chosen[i]).collect();
+    d.set_item("chosen", chosen)?;
+    d.set_item("value", k.value)?;
+    d.set_item("weight", k.weight)?;
+    d.set_item("optimal", k.optimal)?;
+    Ok(d)
+}
+
 /// The strategy names `solve` and `sweep` take.
 #[pyfunction]
 fn strategies() -> Vec<&'static str> {
@@ -464,6 +498,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(sweep, m)?)?;
     m.add_function(wrap_pyfunction!(strategies, m)?)?;
+    m.add_function(wrap_pyfunction!(knapsack, m)?)?;
     m.add("CheckmateError", m.py().get_type::<CheckmateError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -177,3 +177,20 @@ def test_same_plans_and_costs_as_the_cli(path, tmp_path):
 def _file_ids(g):
     """The graph file's node ids, in node order."""
     return [n["id"] for n in json.loads(g.to_json())["nodes"]]
+
+
+def test_knapsack_is_exact_and_names_bad_items():
+    import itertools
+
+    values, weights = [6.0, 5.0, 4.0, 3.0, 1.0], [5.0, 4.0, 3.0, 2.0, 1.0]
+    r = cm.knapsack(values, weights, 9.0)
+    best = max(
+        sum(values[i] for i in s)
+        for k in range(6)
+        for s in itertools.combinations(range(5), k)
+        if sum(weights[i] for i in s) <= 9.0
+    )
+    assert r["optimal"] and r["value"] == best and r["weight"] <= 9.0
+    assert sum(values[i] for i in r["chosen"]) == best
+    with pytest.raises(cm.CheckmateError, match="item 1's weight is -1"):
+        cm.knapsack([1.0, 1.0], [1.0, -1.0], 1.0)

@@ -29,6 +29,7 @@
 
 pub mod baselines;
 mod error;
+pub mod knapsack;
 pub mod lp_round;
 pub mod milp;
 mod strategy;

@@ -14,10 +14,11 @@ from ._native import (  # noqa: F401
     CheckmateError,
     Graph,
     __version__,
+    knapsack,
     simulate,
     solve,
     strategies,
     sweep,
 )
 
-__all__ = ["CheckmateError", "Graph", "simulate", "solve", "strategies", "sweep", "__version__"]
+__all__ = ["CheckmateError", "Graph", "simulate", "solve", "strategies", "sweep", "__version__", "knapsack"]

@@ -81,3 +81,12 @@ def sweep(
 ) -> List[Dict[str, Any]]: ...
 
 def strategies() -> List[str]: ...
+
+def knapsack(
+    values: Sequence[float],
+    weights: Sequence[float],
+    capacity: float,
+    *,
+    time_limit: Optional[float] = None,
+) -> Dict[str, Any]:
+    """Exact 0/1 knapsack (HiGHS). Keys: chosen (item indices), value, weight, optimal."""

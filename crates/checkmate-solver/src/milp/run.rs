@@ -55,7 +55,7 @@ pub(crate) struct RunResult {
 
 /// HiGHS does not support concurrent solves in one process (its task scheduler is global; see
 /// HiGHS issues 810 and 1838): every solve holds this lock.
-static HIGHS_LOCK: Mutex<()> = Mutex::new(());
+pub(crate) static HIGHS_LOCK: Mutex<()> = Mutex::new(());
 
 /// Above this many integer columns with a cost, the objective goes through one continuous column
 /// (see [`run`]).
