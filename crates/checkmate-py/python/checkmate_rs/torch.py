@@ -39,11 +39,13 @@ __all__ = [
     "Capture",
     "KnapsackSolver",
     "Partitioner",
+    "Policy",
     "Report",
     "capture",
     "compile",
     "flop_cost",
     "measure_peak",
+    "policy",
 ]
 
 Budget = Union[float, int, str]
@@ -672,3 +674,61 @@ def measure_peak(step: Callable[[], Any], device: Union[str, torch.device] = "cp
         current += e.nbytes()
         peak = max(peak, current)
     return int(peak)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager mode: a selective activation checkpointing policy.
+
+
+def _op_key(target: Any) -> str:
+    """An operator's name without overload and functionalization suffixes, as eager mode and the
+    joint graph both call it (``_native_batch_norm_legit_functional`` -> ``_native_batch_norm_legit``)."""
+    name = str(getattr(target, "overloadpacket", target)).split(".")[-1]
+    return name.removesuffix("_functional")
+
+
+@dataclasses.dataclass
+class Policy:
+    """A plan expressed per operator type, for ``torch.utils.checkpoint``'s selective
+    checkpointing: operators of the types in ``save`` keep their outputs, the others are
+    recomputed. ``agreement`` is the fraction of the plan's decisions (saved or recomputed forward
+    values, views excluded) this per-type rule reproduces: 1.0 when the plan treats every operator
+    of a type alike, which is when it can be expressed this way."""
+
+    save: Set[str]
+    recompute: Set[str]
+    agreement: float
+
+    def __call__(self, ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import CheckpointPolicy
+
+        key = _op_key(op)
+        if key in self.recompute:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE
+
+    def context_fn(self) -> Any:
+        """For ``torch.utils.checkpoint.checkpoint(fn, ..., use_reentrant=False,
+        context_fn=policy.context_fn)``."""
+        from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+        return create_selective_checkpoint_contexts(self)
+
+
+def policy(report: Report, cap: Capture) -> Policy:
+    """The per-operator-type rule closest to a partition's plan (majority per type; random
+    operators always saved)."""
+    by_name = {n.name: n for n in cap.nodes}
+    votes: Dict[str, List[int]] = {}
+    for names, k in ((report.saved, 0), (report.recomputed, 1)):
+        for name in names:
+            n = by_name.get(name)
+            if n is None or _is_view(n) or n.target is operator.getitem:
+                continue
+            votes.setdefault(_op_key(n.target), [0, 0])[k] += 1
+    save = {op for op, (s, r) in votes.items() if s >= r}
+    recompute = {op for op, (s, r) in votes.items() if r > s}
+    recompute = {op for op in recompute if not any(_is_random(n) and _op_key(n.target) == op for n in cap.nodes)}
+    total = sum(s + r for s, r in votes.values())
+    agree = sum(max(s, r) for s, r in votes.values())
+    return Policy(save, recompute, agree / total if total else 1.0)
