@@ -7,7 +7,12 @@
 //! to the checkpoint-all peak. Each solve is one `checkmate solve --json` process (HiGHS runs one
 //! solve at a time per process), two at a time. `milp` gets `--milp-limit` seconds,
 //! `lp-round` its default limit.
-//! Options: `--graphs N` (default 200), `--milp-limit SEC` (default 30), `--out FILE`.
+//!
+//! `--suite families` (docs/FAMILIES_BENCH.md) instead draws training graphs of every
+//! [`Family`] (chain, U-Net, residual, transformer, layered, in turn): graph `k` has
+//! `10 + (k * 7) % 51` forward nodes, so 21 to 121 nodes with its loss and backward.
+//! Options: `--suite layered|families`, `--graphs N` (default 200; 260 for families, whose larger
+//! graphs milp proves less often), `--milp-limit SEC` (default 30), `--out FILE`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,10 +21,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use checkmate_graph::generate::{random_layered, LayeredParams, Rng};
+use checkmate_graph::generate::{random_layered, Family, LayeredParams, Rng};
 use checkmate_solver::baselines::CheckpointAll;
 
 struct Args {
+    families: bool,
     graphs: usize,
     milp_limit: f64,
     out: PathBuf,
@@ -34,6 +40,7 @@ struct Answer {
 }
 
 struct Point {
+    family: &'static str,
     seed: u64,
     nodes: usize,
     budget: u64,
@@ -43,15 +50,25 @@ struct Point {
 
 fn parse(args: &[String]) -> Result<Args> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let families = args.windows(2).any(|w| w[0] == "--suite" && w[1] == "families");
     let mut a = Args {
-        graphs: 200,
+        families,
+        graphs: if families { 260 } else { 200 },
         milp_limit: 30.0,
-        out: root.join("docs/GENERATED_BENCH.md"),
+        out: root.join(if families {
+            "docs/FAMILIES_BENCH.md"
+        } else {
+            "docs/GENERATED_BENCH.md"
+        }),
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
+            "--suite" => match value()?.as_str() {
+                "layered" | "families" => {}
+                other => bail!("--suite {other}: give layered or families"),
+            },
             "--graphs" => a.graphs = value()?.parse()?,
             "--milp-limit" => a.milp_limit = value()?.parse()?,
             "--out" => a.out = PathBuf::from(value()?),
@@ -105,15 +122,21 @@ pub fn run(args: &[String]) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let mut jobs = Vec::new();
     for seed in 0..a.graphs as u64 {
-        let nodes = 20 + (seed as usize * 7) % 31;
-        let g = random_layered(&LayeredParams::moccasin(nodes, 0.27), seed)?;
+        let (family, g) = if a.families {
+            let f = Family::ALL[seed as usize % Family::ALL.len()];
+            (f.name(), f.training(10 + (seed as usize * 7) % 51, seed)?)
+        } else {
+            let nodes = 20 + (seed as usize * 7) % 31;
+            ("layered", random_layered(&LayeredParams::moccasin(nodes, 0.27), seed)?)
+        };
+        let nodes = g.len();
         let floor = g.min_feasible_activation_bytes();
         let peak = CheckpointAll::peak_bytes(&g);
         let frac = 0.1 + 0.8 * Rng::new(seed ^ 0xb0d9e7).unit();
         let budget = floor + ((peak - floor) as f64 * frac) as u64;
         let path = dir.join(format!("g{seed}.json"));
         g.write(&path)?;
-        jobs.push((seed, nodes, budget, path));
+        jobs.push((family, seed, nodes, budget, path));
     }
     let next = AtomicUsize::new(0);
     let points: Mutex<Vec<Point>> = Mutex::new(Vec::new());
@@ -121,13 +144,13 @@ pub fn run(args: &[String]) -> Result<()> {
         for _ in 0..2 {
             s.spawn(|| loop {
                 let k = next.fetch_add(1, Ordering::SeqCst);
-                let Some((seed, nodes, budget, path)) = jobs.get(k) else {
+                let Some((family, seed, nodes, budget, path)) = jobs.get(k) else {
                     break;
                 };
                 let milp = solve(&bin, path, "milp", *budget, Some(a.milp_limit));
                 let lp = solve(&bin, path, "lp-round", *budget, None);
                 eprintln!(
-                    "[{}/{}] seed {seed} ({nodes} nodes) at {budget}: milp {} {:?} ({:.1} s), lp-round {} {:?} ({:.1} s)",
+                    "[{}/{}] {family} seed {seed} ({nodes} nodes) at {budget}: milp {} {:?} ({:.1} s), lp-round {} {:?} ({:.1} s)",
                     k + 1,
                     jobs.len(),
                     milp.status,
@@ -138,6 +161,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     lp.seconds
                 );
                 points.lock().unwrap().push(Point {
+                    family,
                     seed: *seed,
                     nodes: *nodes,
                     budget: *budget,
@@ -180,15 +204,24 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
     writeln!(md, "# lp-round against milp on generated graphs\n")?;
     writeln!(
         md,
-        "Generated by `cargo xtask bench generated` (xtask/src/bench_generated.rs); do not edit by \
-         hand. Run {} on {}. {} random layered graphs of our own generator \
-         (`checkmate_graph::generate`, width factor 0.27, 20-50 nodes, seed = graph number), one \
+        "Generated by `cargo xtask bench generated{}` (xtask/src/bench_generated.rs); do not edit by \
+         hand. Run {} on {}. {} {}, one \
          budget each, a seeded fraction 0.1-0.9 of the way from the proven floor to the \
          checkpoint-all peak. `milp`: {} s limit; `lp-round`: its default limit (0.25 s per node, \
          at least 8 s; up to 4 times that, at least 30 s, while it has no plan); one thread each, two solves at a time in separate processes.\n",
+        if a.families { " --suite families" } else { "" },
         crate::bench_results::date(),
         crate::bench_results::machine(),
         points.len(),
+        if a.families {
+            "training graphs of our own generator's families (`checkmate_graph::generate::Family`: \
+             chain, U-Net with skips, residual blocks, transformer blocks with Q/K/V fan-out, random \
+             layered, in turn; 10-60 forward nodes, so 21-121 with loss and backward; seed = graph \
+             number)"
+        } else {
+            "random layered graphs of our own generator (`checkmate_graph::generate`, width factor \
+             0.27, 20-50 nodes, seed = graph number)"
+        },
         a.milp_limit
     )?;
     writeln!(md, "## Targets\n")?;
@@ -234,10 +267,38 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
         "- lp-round time: median {median:.1} s, max {max:.1} s (its limit holds: the polish and \
          the restricted MILPs stop at it).\n"
     )?;
+    if a.families {
+        writeln!(
+            md,
+            "## Per family\n\n| family | points | nodes | milp optimal | lp-round worst | \
+             geometric mean |\n|---|---|---|---|---|---|"
+        )?;
+        for f in Family::ALL {
+            let of: Vec<&Point> = points.iter().filter(|p| p.family == f.name()).collect();
+            let ratios: Vec<f64> = proven
+                .iter()
+                .filter(|(p, _)| p.family == f.name())
+                .map(|(_, r)| *r)
+                .collect();
+            let lo = of.iter().map(|p| p.nodes).min().unwrap_or(0);
+            let hi = of.iter().map(|p| p.nodes).max().unwrap_or(0);
+            let worst = ratios.iter().copied().fold(1.0, f64::max);
+            let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len().max(1) as f64)
+                .exp();
+            writeln!(
+                md,
+                "| {} | {} | {lo}-{hi} | {} | {worst:.3}x | {geo:.4}x |",
+                f.name(),
+                of.len(),
+                ratios.len()
+            )?;
+        }
+        writeln!(md)?;
+    }
     writeln!(
         md,
-        "## Every point\n\n| seed | nodes | budget (B) | milp | milp cost | milp s | lp-round | \
-         lp-round cost | lp-round s | ratio |\n|---|---|---|---|---|---|---|---|---|---|"
+        "## Every point\n\n| family | seed | nodes | budget (B) | milp | milp cost | milp s | lp-round | \
+         lp-round cost | lp-round s | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|"
     )?;
     let fmt = |c: Option<f64>| c.map_or("-".into(), |c| format!("{c:.0}"));
     for p in points {
@@ -247,7 +308,8 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
         };
         writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {:.1} | {} | {} | {:.1} | {ratio} |",
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {} | {} | {:.1} | {ratio} |",
+            p.family,
             p.seed,
             p.nodes,
             p.budget,
