@@ -50,7 +50,9 @@ struct Point {
 
 fn parse(args: &[String]) -> Result<Args> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let families = args.windows(2).any(|w| w[0] == "--suite" && w[1] == "families");
+    let families = args
+        .windows(2)
+        .any(|w| w[0] == "--suite" && w[1] == "families");
     let mut a = Args {
         families,
         graphs: if families { 260 } else { 200 },
@@ -127,7 +129,10 @@ pub fn run(args: &[String]) -> Result<()> {
             (f.name(), f.training(10 + (seed as usize * 7) % 51, seed)?)
         } else {
             let nodes = 20 + (seed as usize * 7) % 31;
-            ("layered", random_layered(&LayeredParams::moccasin(nodes, 0.27), seed)?)
+            (
+                "layered",
+                random_layered(&LayeredParams::moccasin(nodes, 0.27), seed)?,
+            )
         };
         let nodes = g.len();
         let floor = g.min_feasible_activation_bytes();
@@ -283,8 +288,8 @@ fn write_report(a: &Args, points: &[Point]) -> Result<()> {
             let lo = of.iter().map(|p| p.nodes).min().unwrap_or(0);
             let hi = of.iter().map(|p| p.nodes).max().unwrap_or(0);
             let worst = ratios.iter().copied().fold(1.0, f64::max);
-            let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len().max(1) as f64)
-                .exp();
+            let geo =
+                (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len().max(1) as f64).exp();
             writeln!(
                 md,
                 "| {} | {} | {lo}-{hi} | {} | {worst:.3}x | {geo:.4}x |",
