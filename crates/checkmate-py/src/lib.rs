@@ -275,6 +275,17 @@ fn budget_bytes(g: &RGraph, budget: &Bound<'_, PyAny>) -> PyResult<u64> {
     })
 }
 
+/// A `time_limit` argument: positive seconds or none.
+fn seconds(time_limit: Option<f64>) -> PyResult<Option<Duration>> {
+    match time_limit {
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(PyValueError::new_err(format!(
+            "time_limit {s}: give a positive number of seconds"
+        ))),
+        None => Ok(None),
+    }
+}
+
 fn options(
     time_limit: Option<f64>,
     threads: usize,
@@ -282,15 +293,7 @@ fn options(
     seed: u64,
     warm_start: bool,
 ) -> PyResult<SolveOptions> {
-    let time_limit = match time_limit {
-        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-        Some(s) => {
-            return Err(PyValueError::new_err(format!(
-                "time_limit {s}: give a positive number of seconds"
-            )))
-        }
-        None => None,
-    };
+    let time_limit = seconds(time_limit)?;
     if !(mip_gap.is_finite() && mip_gap >= 0.0) {
         return Err(PyValueError::new_err(format!(
             "mip_gap {mip_gap}: give a non-negative number"
@@ -464,14 +467,7 @@ fn knapsack<'py>(
     capacity: f64,
     time_limit: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let limit = match time_limit {
-        Some(t) if !(t.is_finite() && t > 0.0) => {
-            return Err(PyValueError::new_err(format!(
-                "time_limit {t}: give a positive number of seconds"
-            )))
-        }
-        t => t.map(std::time::Duration::from_secs_f64),
-    };
+    let limit = seconds(time_limit)?;
     let k = py
         .allow_threads(|| checkmate_solver::knapsack::solve(&values, &weights, capacity, limit))
         .map_err(err)?;

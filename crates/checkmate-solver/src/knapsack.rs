@@ -27,10 +27,7 @@ pub struct Knapsack {
 const NAME: &str = "knapsack";
 
 fn invalid(message: String) -> Error {
-    Error::Solver {
-        strategy: NAME.into(),
-        message,
-    }
+    crate::milp::run::solver_error(NAME, message)
 }
 
 /// Chooses items maximizing the total of `values` with the total of `weights` at most
@@ -100,22 +97,12 @@ pub fn solve(
         let mut hm = pb
             .try_optimise(Sense::Maximise)
             .map_err(|e| invalid(format!("HiGHS rejected the model: {e:?}")))?;
-        let set = |hm: &mut highs::Model, k: &str, v: f64| {
-            hm.try_set_option(k, v)
-                .map_err(|e| invalid(format!("cannot set HiGHS option {k}: {e:?}")))
-        };
-        hm.try_set_option("threads", 1)
-            .map_err(|e| invalid(format!("cannot set HiGHS option threads: {e:?}")))?;
-        set(&mut hm, "mip_rel_gap", 1e-9)?;
+        use crate::milp::run::set_option;
+        set_option(&mut hm, NAME, "threads", 1)?;
+        set_option(&mut hm, NAME, "mip_rel_gap", 1e-9)?;
         if let Some(limit) = time_limit {
-            set(
-                &mut hm,
-                "time_limit",
-                limit
-                    .saturating_sub(start.elapsed())
-                    .as_secs_f64()
-                    .max(0.01),
-            )?;
+            let left = limit.saturating_sub(start.elapsed()).as_secs_f64();
+            set_option(&mut hm, NAME, "time_limit", left.max(0.01))?;
         }
         let solved = hm
             .try_solve()

@@ -183,7 +183,7 @@ fn run_locked(
     solve_and_read(hm, model, opts).map(|(res, _)| res)
 }
 
-fn solver_error(strategy: &str, message: String) -> Error {
+pub(crate) fn solver_error(strategy: &str, message: String) -> Error {
     Error::Solver {
         strategy: strategy.to_string(),
         message,
@@ -460,7 +460,7 @@ fn objective_of(model: &Model, x: &[f64]) -> f64 {
     x.iter().zip(&model.col_cost).map(|(x, c)| x * c).sum()
 }
 
-fn set_option<V: highs::HighsOptionValue>(
+pub(crate) fn set_option<V: highs::HighsOptionValue>(
     hm: &mut highs::Model,
     strategy: &str,
     option: &str,
