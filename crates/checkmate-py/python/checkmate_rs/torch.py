@@ -55,20 +55,17 @@ Budget = Union[float, int, str]
 FLOPS_PER_ELEMENT = 10.0
 
 
+def _tensor_elements(val: Any, in_bytes: bool = False) -> int:
+    """Elements (or bytes) of the tensors in a node's value (a tensor or a tuple of them)."""
+    if isinstance(val, torch.Tensor):
+        return int(val.numel()) * (val.element_size() if in_bytes else 1)
+    if isinstance(val, (tuple, list)):
+        return sum(_tensor_elements(v, in_bytes) for v in val)
+    return 0
+
+
 def _tensor_bytes(val: Any) -> int:
-    if isinstance(val, torch.Tensor):
-        return int(val.numel()) * val.element_size()
-    if isinstance(val, (tuple, list)):
-        return sum(_tensor_bytes(v) for v in val)
-    return 0
-
-
-def _tensor_elements(val: Any) -> int:
-    if isinstance(val, torch.Tensor):
-        return int(val.numel())
-    if isinstance(val, (tuple, list)):
-        return sum(_tensor_elements(v) for v in val)
-    return 0
+    return _tensor_elements(val, in_bytes=True)
 
 
 def _is_view(node: fx.Node) -> bool:
@@ -129,8 +126,13 @@ class Capture:
     index: Dict[fx.Node, int]
     backward: List[bool]
     num_fwd_outputs: int
-    #: Placeholders the step mutates in place (AOTAutograd's metadata; empty when unknown).
+    #: Placeholders the step may mutate in place (see ``_mutated_inputs``).
     mutated: Set[fx.Node] = dataclasses.field(default_factory=set)
+
+
+def _is_tangent(node: fx.Node) -> bool:
+    """An incoming gradient of the joint graph (AOTAutograd names them ``tangents_*``)."""
+    return node.op == "placeholder" and node.name.startswith("tangent")
 
 
 def _root(node: fx.Node) -> fx.Node:
@@ -159,11 +161,10 @@ def to_graph(
     cost = cost or flop_cost
     nodes = [n for n in joint.graph.nodes if n.op == "call_function"]
     index = {n: i for i, n in enumerate(nodes)}
-    tangent = {n for n in joint.graph.nodes if n.op == "placeholder" and n.name.startswith("tangent")}
     backward: List[bool] = []
     is_bw: Dict[fx.Node, bool] = {}
     for n in joint.graph.nodes:
-        is_bw[n] = n in tangent or any(is_bw.get(a, False) for a in n.all_input_nodes)
+        is_bw[n] = _is_tangent(n) or any(is_bw.get(a, False) for a in n.all_input_nodes)
     costs, sizes, deps, names, kinds = [], [], [], [], []
     for n in nodes:
         d: Set[int] = set()
@@ -182,7 +183,7 @@ def to_graph(
         names.append(n.name)
         kinds.append("backward" if bw else "forward")
     sink: Set[int] = set()
-    for o in _flatten(next(n for n in joint.graph.nodes if n.op == "output").args):
+    for o in _flatten(_output(joint).args):
         for b in (o, _root(o)):
             if b in index:
                 sink.add(index[b])
@@ -237,7 +238,7 @@ def saved_set(cap: Capture, plan: Sequence[Tuple[str, int]]) -> Tuple[List[fx.No
         for op, i in plan[n_fw_steps:]
         if op == "compute" and i < len(cap.nodes) and not cap.backward[i]
     }
-    fw_values = lambda n: n.op == "placeholder" and not n.name.startswith("tangent") or (
+    fw_values = lambda n: n.op == "placeholder" and not _is_tangent(n) or (
         n in cap.index and not cap.backward[cap.index[n]]
     )
     stack = [
@@ -329,7 +330,7 @@ def schedule_peak(cap: Capture, fw: fx.GraphModule, bw: fx.GraphModule) -> int:
 
     peak = 0
 
-    def run(gm: fx.GraphModule, keep: Set[str]) -> List[str]:
+    def run(gm: fx.GraphModule) -> List[str]:
         nonlocal peak
         order = list(gm.graph.nodes)
         last: Dict[str, int] = {}
@@ -344,19 +345,17 @@ def schedule_peak(cap: Capture, fw: fx.GraphModule, bw: fx.GraphModule) -> int:
                 if n.name not in last and n.name not in returned:
                     drop(n.name)
             for a in n.all_input_nodes:
-                if last.get(a.name) == k and a.name not in returned and a.name not in keep:
+                if last.get(a.name) == k and a.name not in returned:
                     drop(a.name)
         return returned
 
-    fw_out = run(fw, set())
-    fw_keep = set(fw_out)
+    fw_out = run(fw)
     # The forward's outputs beyond the user's ones are the saved values the backward reads.
     bw_inputs = {n.name for n in bw.graph.nodes if n.op == "placeholder"}
     for name in list(live_nodes):
         if name not in bw_inputs and name not in fw_out[: cap.num_fwd_outputs]:
             drop(name)
-    del fw_keep
-    run(bw, set())
+    run(bw)
     return peak
 
 
