@@ -50,34 +50,35 @@ struct Point {
 
 fn parse(args: &[String]) -> Result<Args> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let families = args
-        .windows(2)
-        .any(|w| w[0] == "--suite" && w[1] == "families");
-    let mut a = Args {
-        families,
-        graphs: if families { 260 } else { 200 },
-        milp_limit: 30.0,
-        out: root.join(if families {
-            "docs/FAMILIES_BENCH.md"
-        } else {
-            "docs/GENERATED_BENCH.md"
-        }),
-    };
+    let (mut families, mut graphs, mut milp_limit, mut out) = (false, None, 30.0, None);
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().with_context(|| format!("{arg} needs a value"));
         match arg.as_str() {
-            "--suite" => match value()?.as_str() {
-                "layered" | "families" => {}
-                other => bail!("--suite {other}: give layered or families"),
-            },
-            "--graphs" => a.graphs = value()?.parse()?,
-            "--milp-limit" => a.milp_limit = value()?.parse()?,
-            "--out" => a.out = PathBuf::from(value()?),
+            "--suite" => {
+                families = match value()?.as_str() {
+                    "layered" => false,
+                    "families" => true,
+                    other => bail!("--suite {other}: give layered or families"),
+                }
+            }
+            "--graphs" => graphs = Some(value()?.parse()?),
+            "--milp-limit" => milp_limit = value()?.parse()?,
+            "--out" => out = Some(PathBuf::from(value()?)),
             other => bail!("unknown option {other}; see xtask/src/bench_generated.rs"),
         }
     }
-    Ok(a)
+    let (default_graphs, default_out) = if families {
+        (260, "docs/FAMILIES_BENCH.md")
+    } else {
+        (200, "docs/GENERATED_BENCH.md")
+    };
+    Ok(Args {
+        families,
+        graphs: graphs.unwrap_or(default_graphs),
+        milp_limit,
+        out: out.unwrap_or_else(|| root.join(default_out)),
+    })
 }
 
 /// Runs `checkmate solve` on one graph file; errors (no plan) are answers too.

@@ -2,8 +2,9 @@
 //! in the same dev build as the tests, lays the package out under `target/python/`, and runs its
 //! pytest suite, the PyTorch tests included, in a virtual environment kept in the user's cache
 //! directory (pytest, torch and torchvision from PyPI, installed once per machine and reused by
-//! every clone; `CHECKMATE_SKIP_TORCH=1` leaves torch out and its tests are then skipped). Needs Python 3.8+ with `venv`: installed with apt-get when missing
-//! and this machine can, else the step stops naming what to install.
+//! every clone; `CHECKMATE_SKIP_TORCH=1` leaves torch out and its tests are then skipped). Needs
+//! Python 3.8+ with `venv`: installed with apt-get when missing and this machine can, else the
+//! step stops naming what to install.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
