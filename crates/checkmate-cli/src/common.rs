@@ -107,6 +107,14 @@ impl OptimizerArg {
     }
 }
 
+/// The granularity a `--costs` table was measured at; `flops` for FLOP costs.
+fn granularity_of(costs: &Costs, flops: Granularity) -> Granularity {
+    match costs {
+        Costs::Measured(table) => table.granularity(),
+        Costs::Flops => flops,
+    }
+}
+
 impl ModelArgs {
     /// The model configuration from the flags.
     pub fn model_config(&self) -> Result<ModelConfig> {
@@ -136,12 +144,12 @@ impl ModelArgs {
     /// operator-level kernels do not run yet.
     pub fn settle_granularity(&mut self, device: &str) -> Result<()> {
         if self.granularity.is_none() {
-            let costs = self.costs()?;
-            self.granularity = Some(match costs {
-                Costs::Measured(table) => table.granularity(),
-                Costs::Flops if crate::train_cmd::parse_device(device)?.is_cpu() => Granularity::Op,
-                Costs::Flops => Granularity::Layer,
-            });
+            let flops = if crate::train_cmd::parse_device(device)?.is_cpu() {
+                Granularity::Op
+            } else {
+                Granularity::Layer
+            };
+            self.granularity = Some(granularity_of(&self.costs()?, flops));
         }
         Ok(())
     }
@@ -154,10 +162,9 @@ impl ModelArgs {
     pub fn training_config(&self) -> Result<TrainingConfig> {
         let costs = self.costs()?;
         // `--granularity`, else the one a `--costs` table was measured at, else layer level.
-        let granularity = self.granularity.unwrap_or_else(|| match &costs {
-            Costs::Measured(table) => table.granularity(),
-            Costs::Flops => Granularity::Layer,
-        });
+        let granularity = self
+            .granularity
+            .unwrap_or_else(|| granularity_of(&costs, Granularity::Layer));
         Ok(TrainingConfig {
             optimizer: match self.optimizer {
                 OptimizerArg::Sgd => Optimizer::SgdMomentum,
