@@ -29,6 +29,7 @@
 
 pub mod baselines;
 mod error;
+pub mod evict;
 pub mod knapsack;
 pub mod lp_round;
 pub mod milp;
@@ -52,6 +53,7 @@ pub const STRATEGY_NAMES: &[&str] = &[
     "ap-sqrtn",
     "ap-greedy",
     "griewank",
+    "evict",
     "lp-round",
     "milp",
 ];
@@ -66,6 +68,7 @@ pub fn strategy_by_name(name: &str) -> Result<Box<dyn Strategy>> {
         "ap-sqrtn" => Box::new(baselines::ApSqrtN),
         "ap-greedy" => Box::new(baselines::ApGreedy),
         "griewank" => Box::new(baselines::Griewank),
+        "evict" => Box::new(evict::Evict),
         "lp-round" => Box::new(lp_round::LpRound),
         "milp" => Box::new(milp::Milp),
         other => return Err(Error::UnknownStrategy(other.to_string())),
