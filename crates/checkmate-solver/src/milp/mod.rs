@@ -72,6 +72,10 @@ pub(crate) fn best_heuristic(
             }
         }
     }
+    // The heuristics get a quarter of the time limit (only `evict` takes long, on thousands of
+    // nodes; the baselines take milliseconds).
+    let mut quick = options.clone();
+    quick.time_limit = options.time_limit.map(|l| l / 4);
     for &name in crate::STRATEGY_NAMES {
         if name == NAME || name == crate::lp_round::NAME {
             continue;
@@ -79,7 +83,7 @@ pub(crate) fn best_heuristic(
         let Ok(strategy) = crate::strategy_by_name(name) else {
             continue;
         };
-        let plan = match strategy.plan(graph, budget, options) {
+        let plan = match strategy.plan(graph, budget, &quick) {
             Ok(Outcome {
                 plan: Some(plan), ..
             }) => plan,
@@ -346,6 +350,9 @@ pub(crate) fn least_peak_heuristic(
 ) -> crate::lp_round::Judged {
     use crate::lp_round::{repair, Judged};
     let mut best: Option<Judged> = None;
+    // The heuristics' own searches (only `evict`'s takes long) end by a quarter of the time left.
+    let mut quick = options.clone();
+    quick.time_limit = Some(deadline.saturating_duration_since(Instant::now()) / 4);
     for &name in crate::STRATEGY_NAMES {
         if name == NAME || name == crate::lp_round::NAME {
             continue;
@@ -353,7 +360,7 @@ pub(crate) fn least_peak_heuristic(
         let Ok(strategy) = crate::strategy_by_name(name) else {
             continue;
         };
-        let Ok(Some(least)) = strategy.least_feasible_budget(graph, options) else {
+        let Ok(Some(least)) = strategy.least_feasible_budget(graph, &quick) else {
             continue;
         };
         if best.as_ref().is_some_and(|b| b.peak <= least) {
@@ -361,7 +368,7 @@ pub(crate) fn least_peak_heuristic(
         }
         let Ok(Outcome {
             plan: Some(plan), ..
-        }) = strategy.plan(graph, least, options)
+        }) = strategy.plan(graph, least, &quick)
         else {
             continue;
         };
