@@ -46,6 +46,14 @@ pub fn run(args: SolveArgs) -> Result<()> {
             if args.json {
                 use checkmate_solver::Error as E;
                 // (status, the strategy's least budget, the proven floor), activation bytes.
+                let known = match &e {
+                    E::NoPlanFound {
+                        known_plan_bytes,
+                        known_plan_by,
+                        ..
+                    } => Some((*known_plan_bytes, known_plan_by.clone())),
+                    _ => None,
+                };
                 let (status, least, proven_floor) = match &e {
                     E::BudgetTooSmall {
                         least_feasible_bytes,
@@ -75,6 +83,8 @@ pub fn run(args: SolveArgs) -> Result<()> {
                     "error": e.to_string(),
                     "least_feasible_budget_bytes": total(least),
                     "proven_lower_bound_bytes": total(proven_floor),
+                    "known_plan_bytes": total(known.as_ref().map(|k| k.0)),
+                    "known_plan_by": known.map(|k| k.1),
                     "budget_bytes": budget.total_bytes,
                     "cost": null, "lower_bound": null, "peak_bytes": null,
                     "peak_resident_bytes": checkmate_solver::peak_resident_bytes(),

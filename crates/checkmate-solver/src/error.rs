@@ -34,14 +34,16 @@ pub enum Error {
     },
     /// The strategy found no plan within the budget, but none is proven impossible: the budget is
     /// at or above the proven floor, so another strategy, a longer time limit or a larger budget
-    /// may find one.
+    /// may find one. The least feasible budget lies between `proven_floor_bytes` and
+    /// `known_plan_bytes`, and the message says so with the gap.
     #[error(
-        "{strategy} found no plan within {budget_bytes} activation bytes (total {} with static memory){}; this does not prove that none exists (no plan can fit in less than {proven_floor_bytes} bytes, which the budget is above): try {}a longer --time-limit, or a larger budget",
+        "{strategy} found no plan within {budget_bytes} activation bytes (total {} with static memory){}; this does not prove that none exists: the least feasible activation budget is bracketed between {proven_floor_bytes} bytes (proven: no plan fits below) and {known_plan_bytes} bytes ({known_plan_by} has a plan there), a gap of {:.1}%: try {}a longer --time-limit, or a larger budget",
         budget_bytes + static_bytes,
         match least_feasible_bytes {
             Some(l) => format!("; the least activation budget at which {strategy} finds one is {l} bytes (total {} with static memory)", l + static_bytes),
             None => String::new(),
         },
+        100.0 * (*known_plan_bytes as f64 / (*proven_floor_bytes).max(1) as f64 - 1.0),
         if strategy == "milp" { "" } else { "--strategy milp, " }
     )]
     NoPlanFound {
@@ -56,6 +58,12 @@ pub enum Error {
         least_feasible_bytes: Option<u64>,
         /// The proven floor on every plan's peak (at most `budget_bytes`).
         proven_floor_bytes: u64,
+        /// The least activation budget at which a plan is known (of this strategy, of `evict`
+        /// or checkpoint-all's peak, whichever is least; above `budget_bytes`): the upper end of
+        /// the bracket on the least feasible budget.
+        known_plan_bytes: u64,
+        /// The strategy that has a plan at `known_plan_bytes`.
+        known_plan_by: String,
     },
     /// The total budget does not even hold the static memory.
     #[error("budget {total_bytes} bytes does not hold the static memory ({static_bytes} bytes: parameters, gradients, optimizer state, inputs); give at least {static_bytes} plus the activation memory")]

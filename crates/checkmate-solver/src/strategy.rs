@@ -378,12 +378,37 @@ pub fn solve(
                     proven_lower_bound_bytes: (budget_bytes < floor).then_some(floor),
                 }
             } else {
+                // The bracket's upper end: the least budget with a known plan (`evict` reaches
+                // far below the checkpoint-all peak in a few seconds on 1000 nodes).
+                let mut known = (
+                    crate::baselines::CheckpointAll::peak_bytes(graph),
+                    "checkpoint-all",
+                );
+                if let Some(l) = least_feasible_bytes {
+                    if l < known.0 {
+                        known = (l, name);
+                    }
+                }
+                if name != crate::evict::NAME {
+                    // Within what is left of the time limit (at least 2 s).
+                    let deadline = options.time_limit.map(|l| {
+                        Instant::now()
+                            + l.saturating_sub(start.elapsed())
+                                .max(Duration::from_secs(2))
+                    });
+                    let (l, _) = crate::evict::least_evict_budget(graph, deadline);
+                    if l < known.0 && l > budget_bytes {
+                        known = (l, crate::evict::NAME);
+                    }
+                }
                 Error::NoPlanFound {
                     strategy,
                     budget_bytes,
                     static_bytes,
                     least_feasible_bytes,
                     proven_floor_bytes: floor,
+                    known_plan_bytes: known.0,
+                    known_plan_by: known.1.to_string(),
                 }
             },
         );
