@@ -120,8 +120,8 @@ struct Row {
     peak_rss: Option<u64>,
 }
 
-/// `Row::peak_rss` in MiB for the tables.
-fn rss_cell(b: Option<u64>) -> String {
+/// A peak resident size in MiB for the tables (`-` when not reported).
+pub(crate) fn rss_cell(b: Option<u64>) -> String {
     b.map_or("-".into(), |b| {
         format!("{:.0}", b as f64 / (1 << 20) as f64)
     })
