@@ -369,7 +369,9 @@ pub fn run(args: &[String]) -> Result<()> {
                 // At the target ratio `milp` too, with a longer limit (it starts from lp-round's
                 // plan, and on op-level ResNet50 at 0.33 found +7.3% where lp-round had +19.6%).
                 let m = solve_point(&bin, "milp", &path, total, f, milp_limit);
-                if m.overhead.is_some_and(|o| p.overhead.map_or(true, |po| o < po)) {
+                if m.overhead
+                    .is_some_and(|o| p.overhead.map_or(true, |po| o < po))
+                {
                     p = m;
                 }
             }

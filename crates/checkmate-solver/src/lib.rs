@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod baselines;
+pub mod bound;
 mod error;
 pub mod evict;
 pub mod knapsack;
