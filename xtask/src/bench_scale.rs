@@ -125,8 +125,8 @@ pub fn run(args: &[String]) -> Result<()> {
          not edit by hand. Run {} on {}. Each row is one `checkmate solve --strategy milp --json` \
          process, `--threads 1`, the default `--solver-memory`; wall time measured around the \
          process. Budgets are fractions of the checkpoint-all activation peak. Overhead: the cost \
-         beyond one compute of every node. The bound is the larger of HiGHS's dual bound and one \
-         compute of every node. Where no plan is found, the \
+         beyond one compute of every node. The bound is the largest of HiGHS's dual bound, the \
+         stage-cover bound (docs/FORMULATION.md, Scale) and one compute of every node. Where no plan is found, the \
          last column is the bracket `solve` states on the least feasible budget (total bytes): \
          the proven floor and the least budget with a known plan.\n",
         crate::bench_results::date(),

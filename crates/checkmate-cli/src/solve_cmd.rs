@@ -133,6 +133,7 @@ pub fn run(args: SolveArgs) -> Result<()> {
                     "kind": "startup", "startup_seconds": startup_seconds,
                     "limit_seconds": limit_seconds,
                 }),
+                Limit::LargeModel { rows } => json!({"kind": "large-model", "rows": rows}),
             }),
             "plan_out": args.plan_out.as_ref().map(|p| p.display().to_string()),
         }));

@@ -165,6 +165,15 @@ pub enum Limit {
         /// The time limit, seconds.
         limit_seconds: u64,
     },
+    /// The exact model has more than `rows` rows; on models this large HiGHS's MILP runs a root
+    /// phase with no time limit (an interior point method for the analytic centre: over ten
+    /// minutes on ResNet50 at 0.5, 600k rows), so under a time limit the MILP is not run: the
+    /// plan comes from the paths that keep to the limit, the bound from the LP relaxation and
+    /// the stage-cover bound.
+    LargeModel {
+        /// Rows of the exact model (estimated).
+        rows: u64,
+    },
 }
 
 impl fmt::Display for Limit {
@@ -188,6 +197,12 @@ impl fmt::Display for Limit {
                 f,
                 "the time limit: HiGHS would need about {startup_seconds} s to start on the exact \
                  model, more than the {limit_seconds} s allowed (--time-limit); it was not built"
+            ),
+            Limit::LargeModel { rows } => write!(
+                f,
+                "the time limit: the exact model has about {rows} rows, where HiGHS's MILP does \
+                 not keep to a time limit (its root analytic-centre computation ignores it); the \
+                 MILP was not run (run without --time-limit to run it)"
             ),
         }
     }

@@ -172,6 +172,20 @@ pub(crate) fn model_too_slow(
     })
 }
 
+/// [`Limit::LargeModel`] when the MILP of `graph` has more than [`run::LARGE_ROWS`] rows and
+/// a time limit is set: there HiGHS's root analytic-centre computation (an interior point
+/// method in a HiGHS instance of its own, with no time limit) ran for more than ten minutes
+/// under a 300 s limit (ResNet50 at 0.5, 600k rows, 2026-12-05), and it cannot be switched off.
+pub(crate) fn model_too_large(
+    graph: &Graph,
+    formulation: Formulation,
+    options: &SolveOptions,
+) -> Option<Limit> {
+    options.time_limit?;
+    let size = model::estimate(graph, formulation, true);
+    (size.rows > run::LARGE_ROWS as u64).then_some(Limit::LargeModel { rows: size.rows })
+}
+
 /// Relative gaps above the LP bound tried as cutoffs before the plain solve (see [`Milp`]).
 const CUTOFF_GAPS: &[f64] = &[0.0075, 0.02];
 /// Default-formulation MILPs with fewer rows than this are solved without HiGHS's presolve. On
@@ -501,10 +515,24 @@ pub fn least_feasible_budget(graph: &Graph, options: &SolveOptions) -> Result<Op
 /// The most time the stage-cover bound gets.
 const STAGE_COVER_MAX: Duration = Duration::from_secs(10);
 
-/// The stage-cover bound's time: a tenth of the time left, at most [`STAGE_COVER_MAX`].
-fn cover_share(start: Instant, options: &SolveOptions) -> Duration {
-    remaining(start, options.time_limit)
-        .map_or(STAGE_COVER_MAX, |d| d.mul_f64(0.1).min(STAGE_COVER_MAX))
+/// The stage-cover bound on cost at `budget` (crate::bound) within a tenth of the time left, at
+/// most [`STAGE_COVER_MAX`]; `None` where it proves the budget infeasible (the floor every
+/// strategy checks first says so too).
+fn cover_bound(
+    graph: &Graph,
+    budget: u64,
+    start: Instant,
+    options: &SolveOptions,
+) -> Result<Option<f64>> {
+    let share = remaining(start, options.time_limit)
+        .map_or(STAGE_COVER_MAX, |d| d.mul_f64(0.1).min(STAGE_COVER_MAX));
+    let bound = match crate::bound::stage_cover_bound(graph, budget, Some(Instant::now() + share))?
+    {
+        crate::bound::StageCover::Bound(b) => Some(b),
+        crate::bound::StageCover::Infeasible => None,
+    };
+    tracing::debug!(?bound, "stage-cover bound");
+    Ok(bound)
 }
 
 impl Strategy for Milp {
@@ -527,26 +555,22 @@ impl Strategy for Milp {
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
         let start = Instant::now();
         let skip = model_over_memory(graph, options.formulation, true, options)
-            .or_else(|| model_too_slow(graph, options.formulation, options));
+            .or_else(|| model_too_slow(graph, options.formulation, options))
+            .or_else(|| model_too_large(graph, options.formulation, options));
         if let Some(limit) = skip {
-            // The exact model would not fit in memory or not start in time: the paths that keep
-            // to the limits only, no bound. lp-round (which skips its LP too) starts from the
-            // best baseline and only improves it, with most of the time; the baselines alone
-            // when it had no time.
+            // The exact model would not fit in memory, not start in time or not keep to the
+            // limit: the paths that keep to the limits only, and the stage-cover bound, which
+            // stays small. lp-round (which skips its LP too where the model is over memory)
+            // starts from the best heuristic and only improves it, with most of the time; the
+            // heuristics alone when it had no time.
             tracing::info!(%limit, "milp: not building the exact model");
-            // The bound comes from the stage-cover relaxation (crate::bound), which stays small.
-            let bound = match crate::bound::stage_cover_bound(
-                graph,
-                budget_bytes,
-                Some(Instant::now() + cover_share(start, options)),
-            )? {
-                crate::bound::StageCover::Bound(b) => Some(b),
-                crate::bound::StageCover::Infeasible => None,
+            let bound = cover_bound(graph, budget_bytes, start, options)?;
+            let (inc, lp_bound) = lp_round_incumbent(graph, budget_bytes, options, start, true);
+            let inc = inc.or_else(|| best_heuristic(graph, budget_bytes, options));
+            let bound = match (bound, lp_bound) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
             };
-            tracing::debug!(?bound, "stage-cover bound");
-            let inc = lp_round_incumbent(graph, budget_bytes, options, start, true)
-                .0
-                .or_else(|| best_heuristic(graph, budget_bytes, options));
             let optimal = inc
                 .as_ref()
                 .zip(bound)
@@ -583,15 +607,7 @@ impl Strategy for Milp {
         // The stage-cover bound (crate::bound; milliseconds on graphs whose exact model is
         // built): above HiGHS's dual bound on ResNet50 at 0.5 even after 300 s, and a bound
         // where HiGHS's root LP does not finish in time.
-        let cover = match crate::bound::stage_cover_bound(
-            graph,
-            budget_bytes,
-            Some(Instant::now() + cover_share(start, options)),
-        )? {
-            crate::bound::StageCover::Bound(b) => Some(b),
-            crate::bound::StageCover::Infeasible => None,
-        };
-        tracing::debug!(?cover, "stage-cover bound");
+        let cover = cover_bound(graph, budget_bytes, start, options)?;
         if let (Some(inc), Some(b)) = (&incumbent, cover) {
             if inc.cost <= b * (1.0 + options.mip_gap.max(0.0)) {
                 let lower_bound = Some(b.min(inc.cost));

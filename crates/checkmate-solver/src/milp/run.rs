@@ -61,7 +61,7 @@ pub(crate) static HIGHS_LOCK: Mutex<()> = Mutex::new(());
 /// (see [`run`]).
 const OBJECTIVE_COLUMN_ABOVE: usize = 20_000;
 /// Models with more rows than this get no presolve (see [`run`]), and a time limit with a margin.
-const LARGE_ROWS: usize = 300_000;
+pub(crate) const LARGE_ROWS: usize = 300_000;
 /// The share of the time left that HiGHS does not get on such models, and its cap in seconds:
 /// HiGHS returns from them after the iteration it is in at its limit, which ended 6.8 s late on
 /// ResNet50 at 0.5 (600k rows, 252 s given).
