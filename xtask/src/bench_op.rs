@@ -370,7 +370,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 // plan, and on op-level ResNet50 at 0.33 found +7.3% where lp-round had +19.6%).
                 let m = solve_point(&bin, "milp", &path, total, f, milp_limit);
                 if m.overhead
-                    .is_some_and(|o| p.overhead.map_or(true, |po| o < po))
+                    .is_some_and(|o| p.overhead.is_none_or(|po| o < po))
                 {
                     p = m;
                 }
