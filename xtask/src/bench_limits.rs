@@ -20,7 +20,7 @@ use checkmate_graph::generate::{random_layered, with_backward, LayeredParams};
 use checkmate_graph::Graph;
 
 /// How far past its time limit a solve may end and still count as keeping to it.
-pub(crate) const OVERRUN_ALLOWED: f64 = 5.0;
+const OVERRUN_ALLOWED: f64 = 5.0;
 
 /// The report's line on the time-limit target, given the most any solve ended past its limit.
 pub(crate) fn overrun_target(worst_over: f64) -> String {

@@ -124,9 +124,9 @@ pub fn stage_cover_bound(
             c += ci * take as f64 / bi as f64;
             need -= take;
         }
-        if need > 0 {
-            return Ok(StageCover::Infeasible);
-        }
+        // The segments across a stage hold all its kept bytes, and its excess is at most those
+        // (its own bytes fit the budget, checked above): dropping them all always covers it.
+        debug_assert_eq!(need, 0, "stage {t}: the kept bytes do not cover the excess");
         single = single.max(c);
     }
     let lp = cover_lp(&segments, &covering, &over, &excess, graph, deadline, false)?;

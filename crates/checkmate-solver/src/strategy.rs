@@ -312,6 +312,14 @@ impl Solution {
     }
 }
 
+/// The larger of two lower bounds on cost, either of which may be missing.
+pub(crate) fn larger_bound(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Runs `strategy` under an activation budget and judges its plan with the simulator.
 ///
 /// No plan within budget is an error: [`Error::BudgetTooSmall`] when that is proven (the budget is

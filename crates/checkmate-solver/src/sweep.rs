@@ -364,10 +364,7 @@ fn monotone(points: &mut [SweepPoint], per: usize, mip_gap: f64) {
         let mut bound: Option<f64> = None;
         for b in (0..budgets).rev() {
             let p = &mut points[b * per + s];
-            bound = match (bound, p.lower_bound) {
-                (Some(x), Some(y)) => Some(x.max(y)),
-                (x, y) => x.or(y),
-            };
+            bound = crate::strategy::larger_bound(bound, p.lower_bound);
             if let Some(c) = p.cost {
                 p.lower_bound = bound.map(|l| l.min(c));
             }

@@ -567,10 +567,7 @@ impl Strategy for Milp {
             let bound = cover_bound(graph, budget_bytes, start, options)?;
             let (inc, lp_bound) = lp_round_incumbent(graph, budget_bytes, options, start, true);
             let inc = inc.or_else(|| best_heuristic(graph, budget_bytes, options));
-            let bound = match (bound, lp_bound) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            };
+            let bound = crate::strategy::larger_bound(bound, lp_bound);
             let optimal = inc
                 .as_ref()
                 .zip(bound)
@@ -706,11 +703,7 @@ impl Strategy for Milp {
         if let (Some(p), Some(l)) = (proven_lb, res.lower_bound) {
             res.lower_bound = Some(l.max(p));
         }
-        let lower_bound = match (res.lower_bound, cover) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
-        .map(|b| {
+        let lower_bound = crate::strategy::larger_bound(res.lower_bound, cover).map(|b| {
             b.max(graph.total_cost())
                 .min(res.best.as_ref().map_or(f64::INFINITY, |b| b.cost))
         });
