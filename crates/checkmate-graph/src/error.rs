@@ -142,6 +142,28 @@ pub enum PlanError {
         /// Number of nodes.
         len: usize,
     },
+    /// The plan's implementation list does not match its steps.
+    #[error(
+        "the plan lists {entries} implementations for {steps} steps; give one per step or none"
+    )]
+    Implementations {
+        /// Steps in the plan.
+        steps: usize,
+        /// Entries in its implementation list.
+        entries: usize,
+    },
+    /// A step names an implementation its node does not have (or a free names one).
+    #[error("step {step}: {node} has no implementation {implementation} (it has {count}; a free step takes none)")]
+    UnknownImplementation {
+        /// Step index.
+        step: usize,
+        /// The node, as `id (name)`.
+        node: String,
+        /// The implementation number given.
+        implementation: usize,
+        /// How many the node has.
+        count: usize,
+    },
     /// Some node is never computed.
     #[error(
         "node {node} is never computed; every node of the graph must be computed at least once"

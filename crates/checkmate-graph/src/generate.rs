@@ -215,6 +215,7 @@ pub fn random_layered(params: &LayeredParams, seed: u64) -> Result<Graph> {
             let mut d: Vec<u64> = deps[v].iter().map(|&u| u as u64).collect();
             d.sort_unstable();
             NodeSpec {
+                alternatives: Vec::new(),
                 id: v as u64,
                 name: format!("n{v}"),
                 kind: NodeKind::Forward,
@@ -353,6 +354,7 @@ impl Family {
             .map(|(v, d)| {
                 let bytes = output_bytes(&mut rng);
                 NodeSpec {
+                    alternatives: Vec::new(),
                     id: v as u64,
                     name: format!("n{v}"),
                     kind: NodeKind::Forward,
@@ -383,6 +385,7 @@ impl Family {
 pub fn chain(nodes: usize, bytes: u64) -> Result<Graph> {
     let specs = (0..nodes)
         .map(|i| NodeSpec {
+            alternatives: Vec::new(),
             id: i as u64,
             name: format!("n{i}"),
             kind: NodeKind::Forward,
@@ -420,6 +423,7 @@ pub fn with_backward(forward: &Graph) -> Result<Graph> {
         .iter()
         .enumerate()
         .map(|(v, node)| NodeSpec {
+            alternatives: Vec::new(),
             id: v as u64,
             name: node.name.clone(),
             kind: NodeKind::Forward,
@@ -430,6 +434,7 @@ pub fn with_backward(forward: &Graph) -> Result<Graph> {
         })
         .collect();
     specs.push(NodeSpec {
+        alternatives: Vec::new(),
         id: loss as u64,
         name: "loss".into(),
         kind: NodeKind::Loss,
@@ -455,6 +460,7 @@ pub fn with_backward(forward: &Graph) -> Result<Graph> {
         deps.dedup();
         let node = forward.node(v);
         specs.push(NodeSpec {
+            alternatives: Vec::new(),
             id: grad(v) as u64,
             name: format!("{}_grad", node.name),
             kind: NodeKind::Backward,

@@ -61,7 +61,26 @@ pub struct NodeSpec {
     pub workspace_bytes: u64,
     /// Ids of the nodes whose outputs this node reads.
     pub deps: Vec<u64>,
+    /// Other ways to compute the node (same inputs and output; empty for most nodes).
+    pub alternatives: Vec<Implementation>,
 }
+
+/// One more implementation of a node: the same inputs and output, computed with its own cost and
+/// scratch memory (e.g. a convolution in chunks with a bounded workspace against one with a
+/// larger, faster one). A node's own `cost` and `workspace_bytes` are its default implementation
+/// (number 0); `alternatives[k]` is implementation `k + 1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Implementation {
+    /// Name used by plan files (unique within the node, not `default`).
+    pub name: String,
+    /// Cost of one compute with this implementation.
+    pub cost: f64,
+    /// Scratch bytes live only while this implementation computes.
+    pub workspace_bytes: u64,
+}
+
+/// The name of every node's implementation 0 in plan files.
+pub const DEFAULT_IMPLEMENTATION: &str = "default";
 
 /// A validated node of a [`Graph`].
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +97,84 @@ pub struct Node {
     pub bytes: u64,
     /// Scratch bytes live only during the compute.
     pub workspace_bytes: u64,
+    /// Other implementations (implementation `k + 1` is `alternatives[k]`).
+    pub alternatives: Vec<Implementation>,
+}
+
+impl Node {
+    /// Number of implementations (1 + alternatives).
+    pub fn implementation_count(&self) -> usize {
+        1 + self.alternatives.len()
+    }
+
+    /// Cost of one compute with implementation `k` (0: the default).
+    ///
+    /// Panics if `k` is not below [`Node::implementation_count`].
+    pub fn cost_with(&self, k: usize) -> f64 {
+        if k == 0 {
+            self.cost
+        } else {
+            self.alternatives[k - 1].cost
+        }
+    }
+
+    /// Workspace of implementation `k` (0: the default).
+    ///
+    /// Panics if `k` is not below [`Node::implementation_count`].
+    pub fn workspace_with(&self, k: usize) -> u64 {
+        if k == 0 {
+            self.workspace_bytes
+        } else {
+            self.alternatives[k - 1].workspace_bytes
+        }
+    }
+
+    /// Name of implementation `k` in plan files.
+    pub fn implementation_name(&self, k: usize) -> &str {
+        if k == 0 {
+            DEFAULT_IMPLEMENTATION
+        } else {
+            &self.alternatives[k - 1].name
+        }
+    }
+
+    /// The implementation named `name`, if the node has one.
+    pub fn implementation_named(&self, name: &str) -> Option<usize> {
+        if name == DEFAULT_IMPLEMENTATION {
+            return Some(0);
+        }
+        self.alternatives
+            .iter()
+            .position(|a| a.name == name)
+            .map(|k| k + 1)
+    }
+
+    /// The least workspace of any implementation (what bounds and memory-first heuristics use).
+    pub fn least_workspace(&self) -> u64 {
+        self.alternatives
+            .iter()
+            .map(|a| a.workspace_bytes)
+            .fold(self.workspace_bytes, u64::min)
+    }
+
+    /// The least cost of any implementation (what lower bounds use).
+    pub fn least_cost(&self) -> f64 {
+        self.alternatives
+            .iter()
+            .map(|a| a.cost)
+            .fold(self.cost, f64::min)
+    }
+
+    /// The implementation a memory-first planner uses: least workspace, then least cost.
+    pub fn leanest_implementation(&self) -> usize {
+        (0..self.implementation_count())
+            .min_by(|&a, &b| {
+                self.workspace_with(a)
+                    .cmp(&self.workspace_with(b))
+                    .then(self.cost_with(a).total_cmp(&self.cost_with(b)))
+            })
+            .unwrap_or(0)
+    }
 }
 
 /// A validated, acyclic training graph whose nodes are stored in topological order.
@@ -128,6 +225,29 @@ impl Graph {
                     value: s.cost.to_string(),
                     expected: "a finite, non-negative number".into(),
                 });
+            }
+            let mut names: Vec<&str> = vec![DEFAULT_IMPLEMENTATION];
+            for a in &s.alternatives {
+                let location = format!("node {} implementation {:?}", label(s.id, &s.name), a.name);
+                if a.name.is_empty() || names.contains(&a.name.as_str()) {
+                    return Err(Error::InvalidField {
+                        location,
+                        field: "name".into(),
+                        value: format!("{:?}", a.name),
+                        expected: format!(
+                            "a non-empty name, unique within the node and not {DEFAULT_IMPLEMENTATION:?}"
+                        ),
+                    });
+                }
+                names.push(&a.name);
+                if !a.cost.is_finite() || a.cost < 0.0 {
+                    return Err(Error::InvalidField {
+                        location,
+                        field: "cost".into(),
+                        value: a.cost.to_string(),
+                        expected: "a finite, non-negative number".into(),
+                    });
+                }
             }
             if let Some(&first) = pos_of_id.get(&s.id) {
                 return Err(Error::DuplicateId {
@@ -216,6 +336,7 @@ impl Graph {
                     cost: s.cost,
                     bytes: s.bytes,
                     workspace_bytes: s.workspace_bytes,
+                    alternatives: s.alternatives,
                 }
             })
             .collect();
@@ -302,6 +423,25 @@ impl Graph {
         (0..self.len()).filter(|&i| self.nodes[i].kind == NodeKind::Forward)
     }
 
+    /// Whether any node has more than one implementation.
+    pub fn has_alternatives(&self) -> bool {
+        self.nodes.iter().any(|n| !n.alternatives.is_empty())
+    }
+
+    /// The graph with every node's leanest implementation as its only one (same positions and
+    /// ids): what strategies that know nothing of implementations plan on; see
+    /// `checkmate_solver`'s choice of implementations.
+    pub fn leanest(&self) -> Graph {
+        let mut g = self.clone();
+        for n in &mut g.nodes {
+            let k = n.leanest_implementation();
+            n.cost = n.cost_with(k);
+            n.workspace_bytes = n.workspace_with(k);
+            n.alternatives.clear();
+        }
+        g
+    }
+
     /// Returns a copy with static memory replaced (e.g. after adding optimizer state).
     pub fn with_static_bytes(mut self, static_bytes: u64) -> Graph {
         self.static_bytes = static_bytes;
@@ -323,13 +463,13 @@ impl Graph {
     }
 
     /// The least activation memory any plan needs: every node must at some moment be live together
-    /// with its inputs and its workspace.
+    /// with its inputs and the workspace of its leanest implementation.
     pub fn min_feasible_activation_bytes(&self) -> u64 {
         (0..self.len())
             .map(|i| {
                 let n = &self.nodes[i];
                 n.bytes
-                    + n.workspace_bytes
+                    + n.least_workspace()
                     + self.preds[i]
                         .iter()
                         .map(|&p| self.nodes[p].bytes)
@@ -352,6 +492,7 @@ impl Graph {
                 bytes: n.bytes,
                 workspace_bytes: n.workspace_bytes,
                 deps: self.preds[i].iter().map(|&p| self.nodes[p].id).collect(),
+                alternatives: n.alternatives.clone(),
             })
             .collect()
     }

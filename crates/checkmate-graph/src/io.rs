@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::graph::{Graph, NodeKind, NodeSpec};
+use crate::graph::{Graph, Implementation, NodeKind, NodeSpec};
 
 /// The format tag of graph files.
 pub const GRAPH_FORMAT: &str = "checkmate-graph/1";
@@ -185,6 +185,20 @@ impl Graph {
                 if s.workspace_bytes > 0 {
                     m.insert("workspace_bytes".into(), s.workspace_bytes.into());
                 }
+                if !s.alternatives.is_empty() {
+                    let alts: Vec<Value> = s
+                        .alternatives
+                        .iter()
+                        .map(|a| {
+                            let mut m = Map::new();
+                            m.insert("name".into(), a.name.clone().into());
+                            m.insert("cost".into(), a.cost.into());
+                            m.insert("workspace_bytes".into(), a.workspace_bytes.into());
+                            Value::Object(m)
+                        })
+                        .collect();
+                    m.insert("alternatives".into(), alts.into());
+                }
                 Value::Object(m)
             })
             .collect();
@@ -248,6 +262,19 @@ fn parse_native(top: &Fields) -> Result<Graph> {
                 expected: "node ids (non-negative integers)".into(),
             })?);
         }
+        let mut alternatives = Vec::new();
+        if let Some(Value::Array(alts)) = f.obj.get("alternatives") {
+            for (j, a) in alts.iter().enumerate() {
+                let af = Fields::of(a, format!("{} alternatives[{j}]", f.location))?;
+                alternatives.push(Implementation {
+                    name: af.str("name")?.to_string(),
+                    cost: af.cost("cost")?,
+                    workspace_bytes: af.opt_u64("workspace_bytes")?.unwrap_or(0),
+                });
+            }
+        } else if !matches!(f.obj.get("alternatives"), None | Some(Value::Null)) {
+            let _ = f.array("alternatives")?;
+        }
         specs.push(NodeSpec {
             id,
             name: f.str("name")?.to_string(),
@@ -256,6 +283,7 @@ fn parse_native(top: &Fields) -> Result<Graph> {
             bytes: f.u64("bytes")?,
             workspace_bytes: f.opt_u64("workspace_bytes")?.unwrap_or(0),
             deps,
+            alternatives,
         });
     }
     Graph::new(name, cost_unit, static_bytes, specs)
@@ -325,6 +353,7 @@ fn parse_node_link(top: &Fields) -> Result<Graph> {
                     as_id(id_v).ok_or_else(|| f.invalid("id", id_v, "a non-negative integer"))?;
                 is_backward.push(f.bool("backward")?);
                 NodeSpec {
+                    alternatives: Vec::new(),
                     id,
                     name: f.str("name")?.to_string(),
                     kind: NodeKind::Forward,
@@ -340,6 +369,7 @@ fn parse_node_link(top: &Fields) -> Result<Graph> {
                     .ok_or_else(|| f.invalid("name", id_v, "a non-negative integer id"))?;
                 is_backward.push(false);
                 NodeSpec {
+                    alternatives: Vec::new(),
                     id,
                     name: format!("n{id}"),
                     kind: NodeKind::Forward,

@@ -16,6 +16,7 @@
 //! // A three-node chain: forward, loss, backward.
 //! let spec = |id, kind, bytes, deps: &[u64]| NodeSpec {
 //!     id, name: format!("n{id}"), kind, cost: 1.0, bytes, workspace_bytes: 0, deps: deps.to_vec(),
+//!     alternatives: Vec::new(),
 //! };
 //! let g = Graph::new("tiny", "flops", 0, vec![
 //!     spec(0, NodeKind::Forward, 100, &[]),
@@ -46,7 +47,7 @@ pub use fixedbitset::FixedBitSet;
 
 pub use budget::{byte_unit, format_bytes, Budget};
 pub use error::{Error, PlanError, Result};
-pub use graph::{Graph, Node, NodeIdx, NodeKind, NodeSpec};
+pub use graph::{Graph, Implementation, Node, NodeIdx, NodeKind, NodeSpec, DEFAULT_IMPLEMENTATION};
 pub use io::GRAPH_FORMAT;
 pub use plan::{Plan, PlanFile, Prediction, Step, PLAN_FORMAT};
 pub use schedule::Schedule;

@@ -25,12 +25,28 @@ pub enum Step {
 pub struct Plan {
     /// The steps, in execution order.
     pub steps: Vec<Step>,
+    /// Which implementation each step computes with ([`crate::Node::alternatives`]): empty when
+    /// every compute uses its node's default, else one entry per step (0 on frees).
+    pub implementations: Vec<u16>,
 }
 
 impl Plan {
-    /// A plan from its steps.
+    /// A plan from its steps, every compute with its node's default implementation.
     pub fn new(steps: Vec<Step>) -> Plan {
-        Plan { steps }
+        Plan {
+            steps,
+            implementations: Vec::new(),
+        }
+    }
+
+    /// The implementation step `k` computes with (0: the default).
+    pub fn implementation(&self, k: usize) -> usize {
+        self.implementations.get(k).map_or(0, |&i| i as usize)
+    }
+
+    /// Whether some step uses an implementation other than its node's default.
+    pub fn uses_alternatives(&self) -> bool {
+        self.implementations.iter().any(|&i| i != 0)
     }
 
     /// Number of compute steps.
@@ -109,7 +125,16 @@ impl PlanFile {
                 Step::Compute(v) => ("compute", v),
                 Step::Free(v) => ("free", v),
             };
-            out.push_str(&format!("{sep}    {{\"{verb}\": {}}}", graph.node(v).id));
+            let imp = self.plan.implementation(k);
+            if imp == 0 || v >= graph.len() || imp >= graph.node(v).implementation_count() {
+                out.push_str(&format!("{sep}    {{\"{verb}\": {}}}", graph.node(v).id));
+            } else {
+                out.push_str(&format!(
+                    "{sep}    {{\"{verb}\": {}, \"impl\": {}}}",
+                    graph.node(v).id,
+                    Value::from(graph.node(v).implementation_name(imp))
+                ));
+            }
         }
         out.push_str("\n  ]\n}\n");
         out
@@ -138,6 +163,7 @@ impl PlanFile {
         };
         let steps_v = top.array("steps")?;
         let mut steps = Vec::with_capacity(steps_v.len());
+        let mut implementations: Vec<u16> = Vec::new();
         for (k, s) in steps_v.iter().enumerate() {
             let f = Fields::of(s, format!("steps[{k}]"))?;
             let (verb, is_compute) = if f.obj.contains_key("compute") {
@@ -161,13 +187,49 @@ impl PlanFile {
             } else {
                 Step::Free(v)
             });
+            let imp = match f.obj.get("impl") {
+                None | Some(Value::Null) => 0,
+                Some(name) => {
+                    let node = graph.node(v);
+                    let found = name
+                        .as_str()
+                        .filter(|_| is_compute)
+                        .and_then(|n| node.implementation_named(n));
+                    found.ok_or_else(|| Error::InvalidField {
+                        location: f.location.clone(),
+                        field: "impl".into(),
+                        value: name.to_string(),
+                        expected: if is_compute {
+                            format!(
+                                "an implementation of node {}: {}",
+                                graph.label(v),
+                                (0..node.implementation_count())
+                                    .map(|k| format!("{:?}", node.implementation_name(k)))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        } else {
+                            "no `impl` on a free step".into()
+                        },
+                    })?
+                }
+            };
+            if imp != 0 && implementations.is_empty() {
+                implementations = vec![0u16; steps.len() - 1];
+            }
+            if !implementations.is_empty() {
+                implementations.push(imp as u16);
+            }
         }
         Ok(PlanFile {
             graph: top.str("graph")?.to_string(),
             strategy: top.str("strategy")?.to_string(),
             budget_bytes: top.opt_u64("budget_bytes")?,
             predicted,
-            plan: Plan { steps },
+            plan: Plan {
+                steps,
+                implementations,
+            },
         })
     }
 

@@ -222,6 +222,6 @@ impl Schedule {
                 }
             }
         }
-        Plan { steps }
+        Plan::new(steps)
     }
 }

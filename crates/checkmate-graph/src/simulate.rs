@@ -8,7 +8,7 @@ use crate::plan::{Plan, Step};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Simulation {
     /// Peak activation bytes: the maximum, over the moments right after each compute, of live bytes
-    /// plus the computed node's workspace.
+    /// plus the workspace of the implementation the step uses.
     pub peak_bytes: u64,
     /// Index of the step where the peak is reached.
     pub peak_step: usize,
@@ -46,6 +46,12 @@ pub fn simulate(graph: &Graph, plan: &Plan) -> Result<Simulation, PlanError> {
     let mut cost = 0.0;
     let mut computes = 0;
     let mut live_after_step = Vec::with_capacity(plan.steps.len());
+    if !plan.implementations.is_empty() && plan.implementations.len() != plan.steps.len() {
+        return Err(PlanError::Implementations {
+            steps: plan.steps.len(),
+            entries: plan.implementations.len(),
+        });
+    }
     for (k, step) in plan.steps.iter().enumerate() {
         let (Step::Compute(v) | Step::Free(v)) = *step;
         if v >= n {
@@ -53,6 +59,17 @@ pub fn simulate(graph: &Graph, plan: &Plan) -> Result<Simulation, PlanError> {
                 step: k,
                 index: v,
                 len: n,
+            });
+        }
+        let imp = plan.implementation(k);
+        if imp != 0
+            && (matches!(step, Step::Free(_)) || imp >= graph.node(v).implementation_count())
+        {
+            return Err(PlanError::UnknownImplementation {
+                step: k,
+                node: graph.label(v),
+                implementation: imp,
+                count: graph.node(v).implementation_count(),
             });
         }
         match *step {
@@ -74,12 +91,12 @@ pub fn simulate(graph: &Graph, plan: &Plan) -> Result<Simulation, PlanError> {
                 live[v] = true;
                 computed[v] = true;
                 mem += node.bytes;
-                let during = mem + node.workspace_bytes;
+                let during = mem + node.workspace_with(imp);
                 if during > peak {
                     peak = during;
                     peak_step = k;
                 }
-                cost += node.cost;
+                cost += node.cost_with(imp);
                 computes += 1;
             }
             Step::Free(v) => {

@@ -34,6 +34,7 @@ fn dag() -> impl Strategy<Value = Graph> {
                         deps.push(i as u64 - 1);
                     }
                     NodeSpec {
+                        alternatives: Vec::new(),
                         id: i as u64,
                         name: format!("n{i}"),
                         kind: NodeKind::Forward,
@@ -94,6 +95,7 @@ proptest! {
 #[test]
 fn validate_rejects_broken_schedules() {
     let n = |id: u64, deps: &[u64]| NodeSpec {
+        alternatives: Vec::new(),
         id,
         name: format!("n{id}"),
         kind: NodeKind::Forward,

@@ -5,6 +5,7 @@ use checkmate_graph::{simulate, Graph, NodeKind, NodeSpec, Plan, PlanError, Step
 fn graph() -> Graph {
     // a -> b -> loss; a, b feed the backward nodes; b has 50 bytes of workspace.
     let n = |id, kind, bytes, ws, deps: &[u64]| NodeSpec {
+        alternatives: Vec::new(),
         id,
         name: format!("v{id}"),
         kind,

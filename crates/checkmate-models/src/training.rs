@@ -383,6 +383,7 @@ impl Network {
         for (id, l) in layers.iter().enumerate() {
             let v = forward[id];
             specs[v] = Some(NodeSpec {
+                alternatives: Vec::new(),
                 id: v as u64,
                 name: l.name.clone(),
                 kind: NodeKind::Forward,
@@ -415,6 +416,7 @@ impl Network {
                     }
                 };
                 specs[s] = Some(NodeSpec {
+                    alternatives: Vec::new(),
                     id: s as u64,
                     name,
                     kind: NodeKind::Forward,
@@ -430,6 +432,7 @@ impl Network {
         let pred = &layers[loss.input];
         let pred_elems = pred.output.shape.elements() as f64;
         specs[loss_node] = Some(NodeSpec {
+            alternatives: Vec::new(),
             id: loss_node as u64,
             name: loss.name.clone(),
             kind: NodeKind::Loss,
@@ -563,6 +566,7 @@ impl Network {
                 let mut wdeps = deps.clone();
                 wdeps.extend(&upstream_deps);
                 specs[w] = Some(NodeSpec {
+                    alternatives: Vec::new(),
                     id: w as u64,
                     name: format!("{}_backward_weight", l.name),
                     kind: NodeKind::Backward,
@@ -577,6 +581,7 @@ impl Network {
             }
             deps.extend(&upstream_deps);
             specs[node_of[id]] = Some(NodeSpec {
+                alternatives: Vec::new(),
                 id: node_of[id] as u64,
                 name: format!("{}_backward", l.name),
                 kind: NodeKind::Backward,

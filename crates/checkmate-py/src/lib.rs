@@ -94,6 +94,7 @@ impl Graph {
         let mut specs = Vec::with_capacity(n);
         for i in 0..n {
             specs.push(NodeSpec {
+                alternatives: Vec::new(),
                 id: i as u64,
                 name: names
                     .as_ref()

@@ -10,6 +10,7 @@
 //!
 //! let spec = |id, kind, deps: &[u64]| NodeSpec {
 //!     id, name: format!("n{id}"), kind, cost: 1.0, bytes: 10, workspace_bytes: 0, deps: deps.to_vec(),
+//!     alternatives: Vec::new(),
 //! };
 //! let g = Graph::new("chain", "flops", 0, vec![
 //!     spec(0, NodeKind::Forward, &[]),

@@ -43,6 +43,7 @@ fn training_graph(m: usize, skips: &[(usize, usize)], bytes: &[u64], costs: &[u3
     let loss = m;
     let bwd = |j: usize| m + 1 + (m - 1 - j);
     let node = |id: usize, kind, deps: Vec<usize>| NodeSpec {
+        alternatives: Vec::new(),
         id: id as u64,
         name: format!("n{id}"),
         kind,

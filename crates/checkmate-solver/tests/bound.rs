@@ -78,6 +78,7 @@ fn is_below_every_plan_and_the_proven_optimum() {
 #[test]
 fn equals_the_cheapest_drop_on_a_small_chain() {
     let spec = |id: u64, cost: f64, deps: &[u64]| NodeSpec {
+        alternatives: Vec::new(),
         id,
         name: format!("n{id}"),
         kind: NodeKind::Forward,

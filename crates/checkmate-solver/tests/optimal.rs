@@ -38,6 +38,7 @@ fn build(spec: &Spec) -> Graph {
     let bwd = |j: usize| (m + 1 + (m - 1 - j)) as u64;
     let mut nodes = Vec::with_capacity(n);
     let node = |id: u64, kind, deps: Vec<u64>| NodeSpec {
+        alternatives: Vec::new(),
         id,
         name: format!("n{id}"),
         kind,
@@ -99,6 +100,7 @@ fn random_dag(n: usize, edges: &[bool], bytes: &[u64], costs: &[u32], ws: &[u64]
     let mut e = edges.iter();
     let nodes = (0..n)
         .map(|i| NodeSpec {
+            alternatives: Vec::new(),
             id: i as u64,
             name: format!("v{i}"),
             kind: NodeKind::Forward,

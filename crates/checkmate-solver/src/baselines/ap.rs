@@ -118,6 +118,7 @@ mod tests {
     fn forward_graph(m: usize, edges: &[(usize, usize)]) -> Graph {
         let nodes = (0..m)
             .map(|j| NodeSpec {
+                alternatives: Vec::new(),
                 id: j as u64,
                 name: format!("f{j}"),
                 kind: NodeKind::Forward,

@@ -393,6 +393,7 @@ pub(crate) mod tests {
     pub(crate) fn chain(m: usize, bytes: u64) -> Graph {
         let mut nodes = Vec::new();
         let spec = |id: usize, kind, deps: Vec<usize>| NodeSpec {
+            alternatives: Vec::new(),
             id: id as u64,
             name: format!("n{id}"),
             kind,
