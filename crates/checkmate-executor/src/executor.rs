@@ -368,6 +368,21 @@ impl Executor {
     pub fn run_plan(&mut self, plan: &Plan, batch: &Batch) -> Result<StepReport> {
         self.check_batch(batch)?;
         let sim = simulate(&self.tg.graph, plan)?;
+        // Every node runs the one kernel the training graph describes; a graph with other
+        // implementations (docs/IMPLEMENTATIONS.md) came from elsewhere.
+        if let Some(k) = (0..plan.steps.len()).find(|&k| plan.implementation(k) != 0) {
+            let (Step::Compute(v) | Step::Free(v)) = plan.steps[k];
+            let node = self.tg.graph.node(v);
+            return Err(Error::Unsupported {
+                layer: node.name.clone(),
+                op: "implementation",
+                reason: format!(
+                    "step {k} names implementation {:?}; the executor runs each node's default \
+                     kernel only",
+                    node.implementation_name(plan.implementation(k))
+                ),
+            });
+        }
         let n = self.tg.graph.len();
         let mut regs: Vec<Option<Vec<Tensor>>> = vec![None; n];
         let mut grads_done = vec![false; self.net.layers().len()];

@@ -418,6 +418,11 @@ impl Graph {
         self.nodes.iter().map(|n| n.cost).sum()
     }
 
+    /// Sum of every node's least cost over its implementations: no plan costs less.
+    pub fn least_total_cost(&self) -> f64 {
+        self.nodes.iter().map(Node::least_cost).sum()
+    }
+
     /// Positions of the forward nodes, in topological order.
     pub fn forward_nodes(&self) -> impl Iterator<Item = NodeIdx> + '_ {
         (0..self.len()).filter(|&i| self.nodes[i].kind == NodeKind::Forward)
@@ -437,6 +442,19 @@ impl Graph {
             let k = n.leanest_implementation();
             n.cost = n.cost_with(k);
             n.workspace_bytes = n.workspace_with(k);
+            n.alternatives.clear();
+        }
+        g
+    }
+
+    /// The graph with every node at the least cost and the least workspace of any of its
+    /// implementations (which may be two different ones): no plan of this graph costs less or
+    /// peaks lower than on the relaxed one, so lower bounds computed there hold here.
+    pub fn relaxed(&self) -> Graph {
+        let mut g = self.clone();
+        for n in &mut g.nodes {
+            n.cost = n.least_cost();
+            n.workspace_bytes = n.least_workspace();
             n.alternatives.clear();
         }
         g

@@ -51,4 +51,4 @@ pub use graph::{Graph, Implementation, Node, NodeIdx, NodeKind, NodeSpec, DEFAUL
 pub use io::GRAPH_FORMAT;
 pub use plan::{Plan, PlanFile, Prediction, Step, PLAN_FORMAT};
 pub use schedule::Schedule;
-pub use simulate::{simulate, Simulation};
+pub use simulate::{choose_implementations, simulate, Simulation};

@@ -125,3 +125,56 @@ pub fn simulate(graph: &Graph, plan: &Plan) -> Result<Simulation, PlanError> {
         live_after_step,
     })
 }
+
+/// `plan` with the implementation of every compute chosen: the cheapest one whose workspace fits
+/// beside the tensors live at that moment within `limit` activation bytes, else the one with the
+/// least workspace. `limit` `None` means the peak the plan has with every compute in its leanest
+/// implementation, so the choice never raises that peak.
+///
+/// A workspace lives only while its node computes, so each step's choice is independent of the
+/// others: for a given sequence of computes and frees this is the cheapest choice within
+/// `limit`. Graphs without alternatives get the plan back unchanged. The steps are not checked
+/// here ([`simulate`] judges the result).
+pub fn choose_implementations(graph: &Graph, plan: &Plan, limit: Option<u64>) -> Plan {
+    if !graph.has_alternatives() {
+        return Plan::new(plan.steps.clone());
+    }
+    let n = graph.len();
+    let live_after_compute = |f: &mut dyn FnMut(usize, usize, u64)| {
+        let mut mem: u64 = 0;
+        for (k, step) in plan.steps.iter().enumerate() {
+            match *step {
+                Step::Compute(v) if v < n => {
+                    mem += graph.node(v).bytes;
+                    f(k, v, mem);
+                }
+                Step::Free(v) if v < n => mem = mem.saturating_sub(graph.node(v).bytes),
+                _ => {}
+            }
+        }
+    };
+    let limit = limit.unwrap_or_else(|| {
+        let mut peak = 0;
+        live_after_compute(&mut |_, v, mem| {
+            peak = peak.max(mem + graph.node(v).least_workspace());
+        });
+        peak
+    });
+    let mut implementations = vec![0u16; plan.steps.len()];
+    live_after_compute(&mut |k, v, mem| {
+        let node = graph.node(v);
+        let fits = (0..node.implementation_count())
+            .filter(|&i| mem + node.workspace_with(i) <= limit)
+            .min_by(|&a, &b| {
+                node.cost_with(a)
+                    .total_cmp(&node.cost_with(b))
+                    .then(node.workspace_with(a).cmp(&node.workspace_with(b)))
+            });
+        implementations[k] = fits.unwrap_or_else(|| node.leanest_implementation()) as u16;
+    });
+    let mut out = Plan::new(plan.steps.clone());
+    if implementations.iter().any(|&i| i != 0) {
+        out.implementations = implementations;
+    }
+    out
+}

@@ -1,6 +1,6 @@
 //! Nodes with several implementations: the format extension, plan files and the simulator.
 
-use checkmate_graph::{simulate, Graph, Plan, PlanError, PlanFile, Step};
+use checkmate_graph::{choose_implementations, simulate, Graph, Plan, PlanError, PlanFile, Step};
 
 /// A chain a -> b -> loss -> db -> da; `b` has a faster implementation with a larger workspace
 /// and a slower one with none.
@@ -164,4 +164,27 @@ fn malformed_alternatives_are_errors_naming_the_node() {
         "3",
     );
     assert!(Graph::from_json_str(&not_a_list, "test").is_err());
+}
+
+#[test]
+fn choosing_implementations_takes_the_cheapest_that_fits() {
+    let g = graph();
+    let steps = plan(0).steps;
+    // Room for the wide one: cheapest.
+    let wide = choose_implementations(&g, &Plan::new(steps.clone()), Some(70));
+    assert_eq!(wide.implementation(1), 1);
+    assert_eq!(simulate(&g, &wide).unwrap().peak_bytes, 70);
+    // Room for the default only.
+    let default = choose_implementations(&g, &Plan::new(steps.clone()), Some(45));
+    assert_eq!(default.implementation(1), 0);
+    assert!(default.implementations.is_empty());
+    // Room for nothing but the lean one; below it, still the lean one (least workspace).
+    for limit in [35, 10] {
+        let lean = choose_implementations(&g, &Plan::new(steps.clone()), Some(limit));
+        assert_eq!(lean.implementation(1), 2);
+    }
+    // No limit: never above the lean peak (31).
+    let free = choose_implementations(&g, &Plan::new(steps.clone()), None);
+    assert_eq!(simulate(&g, &free).unwrap().peak_bytes, 31);
+    assert_eq!(g.least_total_cost(), g.total_cost() - 2.0);
 }

@@ -40,8 +40,8 @@ pub mod sweep;
 
 pub use error::{Error, Result};
 pub use strategy::{
-    default_solver_memory, peak_resident_bytes, reset_peak_resident, solve, Formulation,
-    LeastKnown, Limit, Outcome, Solution, SolveOptions, Status, Strategy,
+    default_solver_memory, peak_resident_bytes, planning_view, reset_peak_resident, solve,
+    Formulation, LeastKnown, Limit, Outcome, Solution, SolveOptions, Status, Strategy,
 };
 
 use checkmate_graph::{simulate, Graph, Schedule};

@@ -710,7 +710,7 @@ mod tests {
             let keep = keeps_from_bits(n, &bits);
             let j = Judged::of(&g, keep, u64::MAX).expect("a valid schedule");
             let cleaned = warm::without_unused_keeps(&g, &j.schedule);
-            let (_, _, cleaned_cost) = warm::judge(&g, &cleaned).expect("a valid schedule");
+            let (_, _, cleaned_cost) = warm::judge(&g, &cleaned, None).expect("a valid schedule");
             let (cost, peak) = (j.cost, j.peak);
             let out = without_unused_keeps(&g, j, u64::MAX);
             prop_assert!(out.cost <= cost && out.peak <= peak);

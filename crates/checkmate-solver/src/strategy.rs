@@ -3,7 +3,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use checkmate_graph::{simulate, Graph, Plan, Simulation};
+use std::borrow::Cow;
+
+use checkmate_graph::{choose_implementations, simulate, Graph, Plan, Simulation};
 
 use crate::error::{Error, Result};
 
@@ -275,6 +277,14 @@ pub trait Strategy: Send + Sync {
     fn proves_optimality(&self) -> bool {
         false
     }
+
+    /// Whether the strategy chooses among nodes' implementations itself (`milp`). The others
+    /// plan on [`Graph::leanest`] (every node in its least-workspace implementation), and
+    /// [`solve`] then gives each compute the cheapest implementation that fits the budget
+    /// ([`choose_implementations`]).
+    fn chooses_implementations(&self) -> bool {
+        false
+    }
 }
 
 /// A plan judged by the simulator.
@@ -344,6 +354,21 @@ pub fn solve(
             lower_bound: None,
             limit: None,
         }
+    } else if graph.has_alternatives() {
+        let (planned_on, options) = planning_view(graph, strategy, options);
+        let mut outcome = strategy.plan(&planned_on, budget_bytes, &options)?;
+        if !strategy.chooses_implementations() {
+            if let Some(plan) = &mut outcome.plan {
+                *plan = choose_implementations(graph, plan, Some(budget_bytes));
+            }
+            // A bound or proof on the leanest view is about its costs, not the cheaper
+            // implementations'.
+            outcome.lower_bound = None;
+            if outcome.status == Status::Optimal {
+                outcome.status = Status::Feasible;
+            }
+        }
+        outcome
     } else {
         strategy.plan(graph, budget_bytes, options)?
     };
@@ -386,8 +411,9 @@ pub fn solve(
             l.saturating_sub(start.elapsed())
                 .max((l / 10).min(Duration::from_secs(2)))
         });
+        let (planned_on, rest) = planning_view(graph, strategy, &rest);
         let least_feasible_bytes = strategy
-            .least_feasible_budget(graph, &rest)?
+            .least_feasible_budget(&planned_on, &rest)?
             .filter(|&l| l > budget_bytes);
         let strategy = name.to_string();
         let static_bytes = graph.static_bytes();
@@ -437,7 +463,7 @@ pub fn solve(
         );
     }
     // No plan costs less than one compute per node: a plan at that cost is optimal.
-    let base = graph.total_cost();
+    let base = graph.least_total_cost();
     if fits
         && simulation
             .as_ref()
@@ -466,6 +492,25 @@ pub fn solve(
         from_incumbent: fits && from_incumbent,
         limit: outcome.limit,
     })
+}
+
+/// What `strategy` plans on: `graph` itself, or for a strategy that does not
+/// [choose implementations](Strategy::chooses_implementations) on a graph with alternatives, its
+/// [leanest](Graph::leanest) view, with the options' incumbents reduced to their steps (their
+/// implementations are the full graph's).
+pub fn planning_view<'g>(
+    graph: &'g Graph,
+    strategy: &dyn Strategy,
+    options: &SolveOptions,
+) -> (Cow<'g, Graph>, SolveOptions) {
+    if !graph.has_alternatives() || strategy.chooses_implementations() {
+        return (Cow::Borrowed(graph), options.clone());
+    }
+    let mut options = options.clone();
+    for p in &mut options.incumbents {
+        p.implementations.clear();
+    }
+    (Cow::Owned(graph.leanest()), options)
 }
 
 /// The cheapest of `plans` whose simulated peak is within `budget_bytes`, with its simulation

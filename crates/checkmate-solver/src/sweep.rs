@@ -219,7 +219,9 @@ pub fn sweep(
     let (bounds, least_plans): (Vec<StrategyBound>, Vec<Option<Plan>>) = strategies
         .par_iter()
         .map(|s| {
-            let least = match s.least_known_budget(graph, &options.solve) {
+            let (planned_on, solve_options) =
+                crate::strategy::planning_view(graph, s.as_ref(), &options.solve);
+            let least = match s.least_known_budget(&planned_on, &solve_options) {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::info!(strategy = s.name(), error = %e, "no least feasible budget");
@@ -232,7 +234,10 @@ pub fn sweep(
                 least_proven: least.as_ref().is_some_and(|l| l.proven),
                 proves_optimality: s.proves_optimality(),
             };
-            (bound, least.and_then(|l| l.plan))
+            let plan = least
+                .and_then(|l| l.plan)
+                .map(|p| checkmate_graph::choose_implementations(graph, &p, None));
+            (bound, plan)
         })
         .unzip();
     let floor = graph.min_feasible_activation_bytes();

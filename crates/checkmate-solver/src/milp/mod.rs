@@ -42,9 +42,12 @@ pub(crate) struct Incumbent {
 impl Incumbent {
     /// `plan` as a frontier-advancing schedule (its keeps, Algorithm 2, without unused keeps),
     /// judged by the simulator: the incumbent and its peak, or `None` if the simulator rejects it.
-    fn of_plan(graph: &Graph, plan: &Plan) -> Option<(Incumbent, u64)> {
+    ///
+    /// On a graph with alternatives each compute gets the cheapest implementation within `limit`
+    /// ([`warm::judge`]).
+    fn of_plan(graph: &Graph, plan: &Plan, limit: Option<u64>) -> Option<(Incumbent, u64)> {
         let schedule = warm::cleaned_schedule(graph, &warm::keeps_of_plan(graph, plan));
-        let (plan, peak, cost) = warm::judge(graph, &schedule)?;
+        let (plan, peak, cost) = warm::judge(graph, &schedule, limit)?;
         Some((
             Incumbent {
                 schedule,
@@ -65,7 +68,7 @@ pub(crate) fn best_heuristic(
 ) -> Option<Incumbent> {
     let mut best: Option<Incumbent> = None;
     for plan in &options.incumbents {
-        if let Some((inc, peak)) = Incumbent::of_plan(graph, plan) {
+        if let Some((inc, peak)) = Incumbent::of_plan(graph, plan, Some(budget)) {
             tracing::trace!(peak, cost = inc.cost, "given incumbent");
             if peak <= budget && best.as_ref().map_or(true, |b| inc.cost < b.cost) {
                 best = Some(inc);
@@ -83,13 +86,16 @@ pub(crate) fn best_heuristic(
         let Ok(strategy) = crate::strategy_by_name(name) else {
             continue;
         };
-        let plan = match strategy.plan(graph, budget, &quick) {
+        // (On a graph with alternatives the heuristics plan in each node's leanest
+        // implementation, and the judge picks the cheapest that fits.)
+        let (planned_on, quick) = crate::strategy::planning_view(graph, strategy.as_ref(), &quick);
+        let plan = match strategy.plan(&planned_on, budget, &quick) {
             Ok(Outcome {
                 plan: Some(plan), ..
             }) => plan,
             _ => continue,
         };
-        let Some((inc, peak)) = Incumbent::of_plan(graph, &plan) else {
+        let Some((inc, peak)) = Incumbent::of_plan(graph, &plan, Some(budget)) else {
             continue;
         };
         tracing::trace!(name, peak, cost = inc.cost, "heuristic incumbent candidate");
@@ -128,15 +134,19 @@ fn lp_round_incumbent(
     // The swaps and the iterated search too (within the share): without them the incumbent was
     // the plain repaired rounding, and `milp` under a short limit returned plans costlier than
     // `lp-round`'s (ResNet50's operator graph at 0.35x of checkpoint-all: +44% against +15%).
-    let Ok(out) = crate::lp_round::plan_lp_round(graph, budget, &opts, alone, true) else {
+    let (planned_on, opts) =
+        crate::strategy::planning_view(graph, &crate::lp_round::LpRound, &opts);
+    let Ok(out) = crate::lp_round::plan_lp_round(&planned_on, budget, &opts, alone, true) else {
         return (None, None);
     };
+    // On the leanest view the LP bounds the leanest implementations' costs only.
+    let lp_bound = out.lower_bound.filter(|_| !graph.has_alternatives());
     let inc = out.plan.and_then(|plan| {
-        let (inc, peak) = Incumbent::of_plan(graph, &plan)?;
+        let (inc, peak) = Incumbent::of_plan(graph, &plan, Some(budget))?;
         tracing::debug!(cost = inc.cost, peak, "lp-round incumbent");
         (peak <= budget).then_some(inc)
     });
-    (inc, out.lower_bound)
+    (inc, lp_bound)
 }
 
 /// [`Limit::Memory`] when the model of `graph` (`integer`: the MILP, else the LP) is estimated
@@ -280,7 +290,7 @@ pub(crate) fn solve_milp(
         };
         let keeps = warm::keeps_of_solution(&model, x);
         let schedule = warm::cleaned_schedule(graph, &keeps);
-        let Some((plan, peak, cost)) = warm::judge(graph, &schedule) else {
+        let Some((plan, peak, cost)) = warm::judge(graph, &schedule, Some(budget)) else {
             return Err(crate::Error::Solver {
                 strategy: NAME.into(),
                 message: "the MILP solution gave an invalid schedule (a bug)".into(),
@@ -428,6 +438,17 @@ pub(crate) fn least_feasible_with_plan(
     graph: &Graph,
     options: &SolveOptions,
 ) -> Result<(LeastFeasible, Plan)> {
+    if graph.has_alternatives() {
+        // Each node's leanest implementation never raises a peak: the least peak is the
+        // leanest view's, and its plan keeps it with the cheapest implementations that fit.
+        let mut options = options.clone();
+        for p in &mut options.incumbents {
+            p.implementations.clear();
+        }
+        let (lf, plan) = least_feasible_with_plan(&graph.leanest(), &options)?;
+        let plan = checkmate_graph::choose_implementations(graph, &plan, Some(lf.bytes));
+        return Ok((lf, plan));
+    }
     let start = Instant::now();
     let limit = options.time_limit.unwrap_or(Duration::from_secs(60));
     let floor = graph.min_feasible_activation_bytes();
@@ -486,7 +507,7 @@ pub(crate) fn least_feasible_with_plan(
     let res = run::run(&model, &opts)?;
     if let Some(x) = res.x.as_ref() {
         let schedule = warm::cleaned_schedule(graph, &warm::keeps_of_solution(&model, x));
-        if let Some((milp_plan, p, _)) = warm::judge(graph, &schedule) {
+        if let Some((milp_plan, p, _)) = warm::judge(graph, &schedule, None) {
             if p < out.bytes {
                 out.bytes = p;
                 plan = milp_plan;
@@ -526,6 +547,13 @@ fn cover_bound(
 ) -> Result<Option<f64>> {
     let share = remaining(start, options.time_limit)
         .map_or(STAGE_COVER_MAX, |d| d.mul_f64(0.1).min(STAGE_COVER_MAX));
+    let relaxed;
+    let graph = if graph.has_alternatives() {
+        relaxed = graph.relaxed();
+        &relaxed
+    } else {
+        graph
+    };
     let bound = match crate::bound::stage_cover_bound(graph, budget, Some(Instant::now() + share))?
     {
         crate::bound::StageCover::Bound(b) => Some(b),
@@ -545,6 +573,10 @@ impl Strategy for Milp {
     }
 
     fn proves_optimality(&self) -> bool {
+        true
+    }
+
+    fn chooses_implementations(&self) -> bool {
         true
     }
 
@@ -655,7 +687,7 @@ impl Strategy for Milp {
                             lower_bound: Some(
                                 res.lower_bound
                                     .unwrap_or(b.cost)
-                                    .max(graph.total_cost())
+                                    .max(graph.least_total_cost())
                                     .min(b.cost),
                             ),
                             plan: Some(b.plan),
@@ -704,7 +736,7 @@ impl Strategy for Milp {
             res.lower_bound = Some(l.max(p));
         }
         let lower_bound = crate::strategy::larger_bound(res.lower_bound, cover).map(|b| {
-            b.max(graph.total_cost())
+            b.max(graph.least_total_cost())
                 .min(res.best.as_ref().map_or(f64::INFINITY, |b| b.cost))
         });
         let limit = (res.status == RunStatus::TimeLimit).then_some(Limit::Time);

@@ -29,6 +29,9 @@ pub(crate) enum ColKind {
     Free(u32, u32, u32),
     /// `U[t, k]`: memory in use right after computing `k` in stage `t`.
     U(u32, u32),
+    /// `A[t, k, a]`: stage `t` computes `k` with implementation `a >= 1` (at most one `a`, and
+    /// only when `R[t, k]`; none: the default).
+    Impl(u32, u32, u16),
     /// The peak-memory variable of the min-peak model.
     Peak,
     /// Fixed to 1; carries the cost of the fixed computes.
@@ -156,6 +159,9 @@ pub(crate) fn memory_scale(graph: &Graph, budget_hint: u64) -> f64 {
     for node in graph.nodes() {
         g = gcd(g, node.bytes);
         g = gcd(g, node.workspace_bytes);
+        for a in &node.alternatives {
+            g = gcd(g, a.workspace_bytes);
+        }
         total = total.saturating_add(node.bytes);
     }
     let g = g.max(1);
@@ -223,6 +229,12 @@ impl Model {
             .nodes()
             .iter()
             .map(|x| x.workspace_bytes as f64 / scale)
+            .collect();
+        // Rule 11 holds for every implementation: it counts the least workspace.
+        let least_ws: Vec<f64> = graph
+            .nodes()
+            .iter()
+            .map(|x| x.least_workspace() as f64 / scale)
             .collect();
         let paper = formulation == Formulation::Paper;
         let mut m = Model {
@@ -485,9 +497,32 @@ impl Model {
                     }
                 }
                 m.add_row(e, 0.0, 0.0);
-                if ws[k] > 0.0 || peak.is_some() {
+                // Alternative implementations of k: A[t, k, a] <= R[t, k] in all, each with its
+                // cost and workspace as a difference to the default's.
+                let node = graph.node(k);
+                let mut alt_ws = Vec::new();
+                if !node.alternatives.is_empty() {
+                    let mut one_of = Expr::default();
+                    one_of.add(rk, -1.0);
+                    for a in 1..node.implementation_count() {
+                        let c = m.add_col(
+                            ColKind::Impl(t as u32, k as u32, a as u16),
+                            obj_r * (node.cost_with(a) - node.cost) / cost_scale,
+                            0.0,
+                            1.0,
+                            integer,
+                        );
+                        one_of.add(Var::Col(c), 1.0);
+                        alt_ws.push((c, (node.workspace_with(a) as f64 / scale) - ws[k]));
+                    }
+                    m.add_row(one_of, f64::NEG_INFINITY, 0.0);
+                }
+                if ws[k] > 0.0 || peak.is_some() || !alt_ws.is_empty() {
                     let mut e = Expr::default();
                     e.add(Var::Col(u), 1.0).add(rk, ws[k]);
+                    for &(c, d) in &alt_ws {
+                        e.add(Var::Col(c), d);
+                    }
                     match peak {
                         Some(p) => {
                             e.add(Var::Col(p), -1.0);
@@ -504,7 +539,7 @@ impl Model {
                 // rule 12 there made the MILP's total time shorter on two instances, equal on
                 // one and longer on one, so `lp-round` keeps the LP it was measured with.)
                 if let Some(b) = budget_units {
-                    let (is_input, need) = need_at_compute(graph, t, &mem, &ws);
+                    let (is_input, need) = need_at_compute(graph, t, &mem, &least_ws);
                     m.add_too_big_rows(t, b - need, &mem, &is_input, &free_of);
                     m.add_kept_at_compute_row(t, b - need, &mem, &is_input);
                 }

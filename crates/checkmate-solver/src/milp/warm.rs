@@ -1,6 +1,6 @@
 //! Converting between schedules, plans and model vectors: warm starts and solution extraction.
 
-use checkmate_graph::{simulate, Graph, Plan, Schedule, Step};
+use checkmate_graph::{choose_implementations, simulate, Graph, Plan, Schedule, Step};
 use fixedbitset::FixedBitSet;
 
 use crate::milp::model::{ColKind, Facts, Model, Var};
@@ -115,9 +115,16 @@ pub(crate) fn keeps_of_plan(graph: &Graph, plan: &Plan) -> Vec<FixedBitSet> {
     keep
 }
 
-/// The simulated peak and cost of a schedule's plan, or `None` if the simulator rejects it.
-pub(crate) fn judge(graph: &Graph, schedule: &Schedule) -> Option<(Plan, u64, f64)> {
-    let plan = schedule.to_plan(graph);
+/// The simulated peak and cost of a schedule's plan, or `None` if the simulator rejects it. On a
+/// graph with alternatives each compute gets the cheapest implementation that fits within
+/// `limit` activation bytes (`None`: without raising the plan's least peak; see
+/// [`choose_implementations`]).
+pub(crate) fn judge(
+    graph: &Graph,
+    schedule: &Schedule,
+    limit: Option<u64>,
+) -> Option<(Plan, u64, f64)> {
+    let plan = choose_implementations(graph, &schedule.to_plan(graph), limit);
     let sim = simulate(graph, &plan).ok()?;
     Some((plan, sim.peak_bytes, sim.cost))
 }
@@ -160,7 +167,29 @@ pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> 
         }
     }
     let mem = |i: usize| graph.node(i).bytes as f64 / model.scale;
-    let ws = |i: usize| graph.node(i).workspace_bytes as f64 / model.scale;
+    let ws_of = |i: usize, a: usize| graph.node(i).workspace_with(a) as f64 / model.scale;
+    // The implementation of each compute: the cheapest that fits the budget beside what is live
+    // (the rule of `choose_implementations`), else the leanest.
+    let fits = |b: f64, need: f64| need <= b * (1.0 + 1e-9) + 1e-9;
+    let choose = |k: usize, cur: f64| -> usize {
+        let node = graph.node(k);
+        if node.alternatives.is_empty() {
+            return 0;
+        }
+        let lean = node.leanest_implementation();
+        let Some(b) = model.budget_units else {
+            return lean;
+        };
+        (0..node.implementation_count())
+            .filter(|&a| fits(b, cur + ws_of(k, a)))
+            .min_by(|&a, &c| {
+                node.cost_with(a)
+                    .total_cmp(&node.cost_with(c))
+                    .then(node.workspace_with(a).cmp(&node.workspace_with(c)))
+            })
+            .unwrap_or(lean)
+    };
+    let mut chosen: std::collections::HashMap<(usize, usize), usize> = Default::default();
     // FREE's logical value: i dies right after k in stage t.
     let free = |t: usize, i: usize, k: usize| {
         r(t, k) && !s(t + 1, i) && !graph.succs(i).iter().any(|&j| j > k && j <= t && r(t, j))
@@ -181,14 +210,18 @@ pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> 
             }
             if r(t, k) {
                 cur += mem(k);
-                peak = peak.max(cur + ws(k));
+                let a = choose(k, cur);
+                if a != 0 {
+                    chosen.insert((t, k), a);
+                }
+                peak = peak.max(cur + ws_of(k, a));
             }
             u[k] = cur;
         }
         u_all.push(u[..=t].to_vec());
     }
     if let Some(b) = model.budget_units {
-        if peak > b * (1.0 + 1e-9) + 1e-9 {
+        if !fits(b, peak) {
             return None;
         }
     }
@@ -200,6 +233,9 @@ pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> 
             ColKind::S(t, i) => f64::from(u8::from(s(t as usize, i as usize))),
             ColKind::Free(t, i, k) => f64::from(u8::from(free(t as usize, i as usize, k as usize))),
             ColKind::U(t, k) => u_all[t as usize][k as usize],
+            ColKind::Impl(t, k, a) => f64::from(u8::from(
+                chosen.get(&(t as usize, k as usize)) == Some(&(a as usize)),
+            )),
             ColKind::Peak => peak,
             ColKind::Constant => 1.0,
         })
@@ -272,7 +308,7 @@ pub(crate) mod tests {
             let keep = keeps_from_bits(n, &bits);
             let schedule = without_unused_keeps(&g, &schedule_for_keeps(&g, &keep));
             prop_assert!(drop_unused_keeps(&g, &schedule).is_none());
-            let (_, peak, _) = judge(&g, &schedule).expect("a valid schedule");
+            let (_, peak, _) = judge(&g, &schedule, None).expect("a valid schedule");
             // At the schedule's own simulated peak its keeps fit the memory count, unused ones
             // aside (docs/FORMULATION.md), so the vector must exist and satisfy every row.
             let model = Model::build(&g, BudgetMode::Bytes(peak), Formulation::Fast, true);
