@@ -249,3 +249,58 @@ fn model_is_accepted_wherever_graph_is() {
         "{err}"
     );
 }
+
+/// A graph with implementation alternatives: `solve` writes the chosen kernels into the plan file
+/// and `simulate` reads them back with the same peak and cost (docs/IMPLEMENTATIONS.md).
+#[test]
+fn plans_name_the_implementations_they_use() {
+    let dir = std::env::temp_dir().join(format!("checkmate-cli-alt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("g.json");
+    std::fs::write(
+        &graph,
+        r#"{"format": "checkmate-graph/1", "name": "alt", "cost_unit": "us", "static_bytes": 0,
+  "nodes": [
+    {"id": 0, "name": "a", "kind": "forward", "cost": 1, "bytes": 10, "deps": []},
+    {"id": 1, "name": "b", "kind": "forward", "cost": 5, "bytes": 10, "deps": [0],
+     "alternatives": [{"name": "fast", "cost": 1, "workspace_bytes": 40}]},
+    {"id": 2, "name": "loss", "kind": "loss", "cost": 1, "bytes": 1, "deps": [1]},
+    {"id": 3, "name": "db", "kind": "backward", "cost": 1, "bytes": 10, "deps": [0, 1, 2]},
+    {"id": 4, "name": "da", "kind": "backward", "cost": 1, "bytes": 10, "deps": [3]}
+  ]}"#,
+    )
+    .unwrap();
+    let (g, plan) = (graph.to_str().unwrap(), dir.join("p.json"));
+    let plan_s = plan.to_str().unwrap();
+    for (strategy, budget, fast) in [
+        ("milp", "100", true),
+        ("milp", "35", false),
+        ("chen-sqrtn", "100", true),
+    ] {
+        let (ok, solved, err) = checkmate(&[
+            "solve",
+            "--graph",
+            g,
+            "--strategy",
+            strategy,
+            "--budget",
+            budget,
+            "--json",
+            "--plan-out",
+            plan_s,
+        ]);
+        assert!(ok, "{strategy} at {budget}: {err}");
+        let text = std::fs::read_to_string(&plan).unwrap();
+        assert_eq!(
+            text.contains(r#""impl": "fast""#),
+            fast,
+            "{strategy} at {budget}: {text}"
+        );
+        let (ok, sim, err) = checkmate(&["simulate", "--graph", g, "--plan", plan_s, "--json"]);
+        assert!(ok, "{err}");
+        assert_eq!(sim["peak_bytes"], solved["peak_bytes"]);
+        assert_eq!(sim["cost"], solved["cost"]);
+        assert_eq!(sim["matches_prediction"], true);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
