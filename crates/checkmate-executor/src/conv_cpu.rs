@@ -55,6 +55,9 @@ pub struct Geom {
     pub left: usize,
     /// Groups (`cin` and `cout` are multiples).
     pub groups: usize,
+    /// Bytes of unfolded windows per gemm call ([`CHUNK_BYTES`] by default; at least one output
+    /// position, at most one sample's).
+    pub chunk_bytes: usize,
 }
 
 impl Geom {
@@ -73,7 +76,12 @@ impl Geom {
 
     /// Output positions per chunk for elements of `elem` bytes.
     pub fn chunk_rows(&self, elem: usize) -> usize {
-        checkmate_models::conv_chunk_rows(self.window(), self.oh * self.ow, elem)
+        checkmate_models::conv_chunk_rows_within(
+            self.window(),
+            self.oh * self.ow,
+            elem,
+            self.chunk_bytes,
+        )
     }
 
     /// Elements of the one chunk buffer a call allocates.

@@ -88,6 +88,9 @@ pub struct Executor {
     meter: Meter,
     seed: u64,
     steps_run: u64,
+    /// The chunk bound of the CPU convolution for the node being computed: its implementation's
+    /// (`checkmate_models::conv_chunk_bytes_of`).
+    conv_chunk: usize,
 }
 
 impl Executor {
@@ -119,6 +122,7 @@ impl Executor {
             heap_limit: self.heap_limit,
             meter: self.meter.clone(),
             seed: self.seed,
+            conv_chunk: self.conv_chunk,
             steps_run: self.steps_run,
         })
     }
@@ -191,6 +195,7 @@ impl Executor {
             meter: Meter::for_device(device)?,
             seed,
             steps_run: 0,
+            conv_chunk: checkmate_models::CONV_CHUNK_BYTES,
         })
     }
 
@@ -368,20 +373,19 @@ impl Executor {
     pub fn run_plan(&mut self, plan: &Plan, batch: &Batch) -> Result<StepReport> {
         self.check_batch(batch)?;
         let sim = simulate(&self.tg.graph, plan)?;
-        // Every node runs the one kernel the training graph describes; a graph with other
-        // implementations (docs/IMPLEMENTATIONS.md) came from elsewhere.
-        if let Some(k) = (0..plan.steps.len()).find(|&k| plan.implementation(k) != 0) {
-            let (Step::Compute(v) | Step::Free(v)) = plan.steps[k];
+        // The kernels the plan names (docs/IMPLEMENTATIONS.md): a convolution's chunk bound.
+        let mut conv_chunks = Vec::with_capacity(plan.steps.len());
+        for (k, s) in plan.steps.iter().enumerate() {
+            let (Step::Compute(v) | Step::Free(v)) = *s;
             let node = self.tg.graph.node(v);
-            return Err(Error::Unsupported {
-                layer: node.name.clone(),
-                op: "implementation",
-                reason: format!(
-                    "step {k} names implementation {:?}; the executor runs each node's default \
-                     kernel only",
-                    node.implementation_name(plan.implementation(k))
-                ),
-            });
+            let name = node.implementation_name(plan.implementation(k));
+            conv_chunks.push(checkmate_models::conv_chunk_bytes_of(name).ok_or_else(|| {
+                Error::Unsupported {
+                    layer: node.name.clone(),
+                    op: "implementation",
+                    reason: format!("step {k} names implementation {name:?}, which has no kernel"),
+                }
+            })?);
         }
         let n = self.tg.graph.len();
         let mut regs: Vec<Option<Vec<Tensor>>> = vec![None; n];
@@ -419,6 +423,7 @@ impl Executor {
             let started = Instant::now();
             match s {
                 Step::Compute(v) => {
+                    self.conv_chunk = conv_chunks[step];
                     let outs =
                         self.compute(v, step, &regs, batch, &mut grads_done, &mut running)?;
                     let mut taken: HashSet<usize> = static_keys.clone();
@@ -470,7 +475,7 @@ impl Executor {
                 let (v, ws, live_then) = match s {
                     Step::Compute(v) => (
                         v,
-                        self.tg.graph.node(v).workspace_bytes,
+                        self.tg.graph.node(v).workspace_with(plan.implementation(step)),
                         sim.live_after_step[step],
                     ),
                     Step::Free(v) => (v, 0, sim.live_after_step[step.saturating_sub(1)]),
@@ -681,7 +686,8 @@ impl Executor {
                 k::activation_forward(&z, d.activation, rank - 1).ctx(ctx)?
             }
             Op::Conv2d(c) => {
-                k::conv2d_forward_act(x, &ps[0], ps.get(1), c, c.activation).ctx(ctx)?
+                k::conv2d_forward_act_chunked(x, &ps[0], ps.get(1), c, c.activation, self.conv_chunk)
+                    .ctx(ctx)?
             }
             Op::Activation(a) => k::activation_forward(x, *a, 1).ctx(ctx)?,
             Op::Flatten | Op::Reshape { .. } => x.reshape(layer.output.shape.dims()).ctx(ctx)?,
@@ -907,6 +913,7 @@ impl Executor {
                         c,
                         need(0),
                         first_time,
+                        self.conv_chunk,
                     ),
                 }
                 .ctx(ctx)?;

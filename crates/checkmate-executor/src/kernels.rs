@@ -197,6 +197,11 @@ struct ConvGeom {
 impl ConvGeom {
     /// The same geometry for [`conv_cpu`].
     fn chunked(&self) -> conv_cpu::Geom {
+        self.chunked_within(conv_cpu::CHUNK_BYTES)
+    }
+
+    /// [`ConvGeom::chunked`] with chunks of at most `chunk_bytes` of unfolded windows.
+    fn chunked_within(&self, chunk_bytes: usize) -> conv_cpu::Geom {
         conv_cpu::Geom {
             n: self.n,
             cin: self.cin,
@@ -212,6 +217,7 @@ impl ConvGeom {
             top: self.top,
             left: self.left,
             groups: self.groups,
+            chunk_bytes,
         }
     }
 
@@ -351,8 +357,21 @@ pub fn conv2d_forward_act(
     c: &Conv2d,
     act: Activation,
 ) -> Result<Tensor> {
+    conv2d_forward_act_chunked(x, w, b, c, act, conv_cpu::CHUNK_BYTES)
+}
+
+/// [`conv2d_forward_act`] whose CPU kernel unfolds at most `chunk_bytes` of windows per matrix
+/// product (`usize::MAX`: a whole sample; the same bits at any bound).
+pub fn conv2d_forward_act_chunked(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    c: &Conv2d,
+    act: Activation,
+    chunk_bytes: usize,
+) -> Result<Tensor> {
     if conv_cpu::applies(x) && matches!(act, Activation::Relu | Activation::Linear) {
-        let geo = ConvGeom::new(x, w, c)?.chunked();
+        let geo = ConvGeom::new(x, w, c)?.chunked_within(chunk_bytes);
         return conv_cpu::forward(x, w, b, &geo, act == Activation::Relu);
     }
     activation_forward(&conv2d_forward(x, w, b, c)?, act, 1)
@@ -520,7 +539,9 @@ pub fn conv2d_backward_relu(
 /// when `need_dw` (`x` needed), from the gradient `g` of the output of its fused ReLU, masked by
 /// `relu` (packed bits or the ReLU's output), or of its output when it has no activation. With
 /// `pooled`, `g` is the gradient of the max pooling that reads the ReLU's output, expanded chunk
-/// by chunk.
+/// by chunk. The kernel unfolds at most `chunk_bytes` of windows per matrix product
+/// ([`conv_cpu::CHUNK_BYTES`] by default; the input gradient's bits do not depend on it, the
+/// kernel gradient's do).
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 pub fn conv2d_backward_split(
     x: Option<&Tensor>,
@@ -532,11 +553,12 @@ pub fn conv2d_backward_split(
     c: &Conv2d,
     need_dx: bool,
     need_dw: bool,
+    chunk_bytes: usize,
 ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
     if !conv_cpu::applies(g) {
         candle_core::bail!("operator-level convolution gradients run on the CPU (f32, f64) only")
     }
-    let geo = ConvGeom::of_dims(x_dims, w, c)?.chunked();
+    let geo = ConvGeom::of_dims(x_dims, w, c)?.chunked_within(chunk_bytes);
     let (dx, dw, db) = conv_cpu::gradients(x, w, relu, pooled, g, &geo, need_dx, need_dw)?;
     // Without a fused ReLU the kernel forms no bias gradient: the gradient's channel sums.
     let db = match db {
@@ -740,6 +762,7 @@ fn transposed_geom(
         top: crop[0],
         left: crop[2],
         groups: 1,
+        chunk_bytes: conv_cpu::CHUNK_BYTES,
     })
 }
 

@@ -206,6 +206,7 @@ fn op_graphs_train_bitwise_like_layer_graphs() {
 #[test]
 fn op_level_plans_that_recompute_train_bitwise_identically() {
     let _serial = serial();
+    let mut alternatives = 0;
     for net in [
         small_cnn(),
         pooled_cnn(),
@@ -244,6 +245,12 @@ fn op_level_plans_that_recompute_train_bitwise_identically() {
             let (got, got_losses) = run(&net, Granularity::Op, Some(&plan));
             assert_eq!(got_losses, losses, "{} {strategy}", net.name());
             assert!(got == want, "{} {strategy}: parameters differ", net.name());
+            // The convolutions' whole-sample kernels compute the same bits.
+            let whole = with_alternatives(&g, &plan);
+            alternatives += usize::from(whole.uses_alternatives());
+            let (got, got_losses) = run(&net, Granularity::Op, Some(&whole));
+            assert_eq!(got_losses, losses, "{} {strategy} whole-sample", net.name());
+            assert!(got == want, "{} {strategy} whole-sample: parameters differ", net.name());
         }
         assert!(
             recomputed > 0,
@@ -251,15 +258,37 @@ fn op_level_plans_that_recompute_train_bitwise_identically() {
             net.name()
         );
     }
+    // (At these sizes VGG16 has convolutions whose sample exceeds a chunk.)
+    assert!(alternatives >= 2, "only {alternatives} plans with whole-sample kernels");
+}
+
+/// `plan` for `g` with every node that has a second implementation computing with it.
+fn with_alternatives(g: &checkmate_graph::Graph, plan: &Plan) -> Plan {
+    let mut p = plan.clone();
+    p.implementations = p
+        .steps
+        .iter()
+        .map(|s| match *s {
+            Step::Compute(v) if g.node(v).implementation_count() > 1 => 1,
+            _ => 0,
+        })
+        .collect();
+    p
+}
+
+/// Checkpoint-all of `g` with every second implementation.
+fn all_alternatives(g: &checkmate_graph::Graph) -> Plan {
+    with_alternatives(g, &Plan::new((0..g.len()).map(Step::Compute).collect()))
 }
 
 /// Every node of an operator-level graph allocates what it models, within 1 MiB (gemm's packing
-/// and candle's small temporaries).
+/// and candle's small temporaries), with either implementation of a convolution.
 #[test]
 fn every_op_node_allocates_what_it_models() {
     let _serial = serial();
     heap::warm_up_cpu().unwrap();
     let mut checked = 0;
+    let mut alternatives = 0;
     for net in [
         small_cnn(),
         pooled_cnn(),
@@ -273,24 +302,34 @@ fn every_op_node_allocates_what_it_models() {
             Executor::new(net, &config(Granularity::Op), &Device::Cpu, DType::F32, 1).unwrap();
         let g = exec.graph().clone();
         let all = Plan::new((0..g.len()).map(Step::Compute).collect());
+        // The same steps with every convolution's second kernel (docs/IMPLEMENTATIONS.md).
+        let whole = all_alternatives(&g);
         let data = SyntheticData::new(&exec, 0.1, 2).unwrap();
         let mut opt = Optimizer::new(OptimizerKind::sgd(0.01)).unwrap();
         exec.run_plan(&all, &data.batch(&exec, 0).unwrap()).unwrap();
         opt.step(&mut exec).unwrap();
-        let report = exec.run_plan(&all, &data.batch(&exec, 1).unwrap()).unwrap();
-        for (k, step) in all.steps.iter().enumerate() {
-            let Step::Compute(v) = *step else { continue };
-            let seen = report.heap_during_step[k] as i64 + g.static_bytes() as i64;
-            let modelled = report.heap_modelled[k] as i64;
-            assert!(
-                (seen - modelled).abs() <= 1 << 20,
-                "{name}: {} allocated {seen}, modelled {modelled} (output {}, workspace {})",
-                g.label(v),
-                g.node(v).bytes,
-                g.node(v).workspace_bytes
-            );
-            checked += 1;
+        for plan in [&all, &whole] {
+            let report = exec.run_plan(plan, &data.batch(&exec, 1).unwrap()).unwrap();
+            for (k, step) in plan.steps.iter().enumerate() {
+                let Step::Compute(v) = *step else { continue };
+                let seen = report.heap_during_step[k] as i64 + g.static_bytes() as i64;
+                let modelled = report.heap_modelled[k] as i64;
+                let imp = plan.implementation(k);
+                assert!(
+                    (seen - modelled).abs() <= 1 << 20,
+                    "{name}: {} ({}) allocated {seen}, modelled {modelled} (output {}, workspace {})",
+                    g.label(v),
+                    g.node(v).implementation_name(imp),
+                    g.node(v).bytes,
+                    g.node(v).workspace_with(imp)
+                );
+                checked += 1;
+                if imp != 0 {
+                    alternatives += 1;
+                }
+            }
         }
     }
-    assert!(checked > 400, "only {checked} nodes checked");
+    assert!(checked > 800, "only {checked} nodes checked");
+    assert!(alternatives >= 20, "only {alternatives} alternative kernels checked");
 }

@@ -149,6 +149,14 @@ impl Node {
             .map(|k| k + 1)
     }
 
+    /// Whether alternative `a` (an index into [`Node::alternatives`]) can ever be chosen over the
+    /// default: it is cheaper or needs less workspace. Others are inert: no strategy picks them,
+    /// and `milp` builds no variables for them.
+    pub fn alternative_matters(&self, a: usize) -> bool {
+        let alt = &self.alternatives[a];
+        alt.cost < self.cost || alt.workspace_bytes < self.workspace_bytes
+    }
+
     /// The least workspace of any implementation (what bounds and memory-first heuristics use).
     pub fn least_workspace(&self) -> u64 {
         self.alternatives
@@ -428,9 +436,13 @@ impl Graph {
         (0..self.len()).filter(|&i| self.nodes[i].kind == NodeKind::Forward)
     }
 
-    /// Whether any node has more than one implementation.
+    /// Whether any node has an alternative implementation that can be chosen over its default
+    /// ([`Node::alternative_matters`]); a graph whose alternatives are all slower and larger
+    /// plans exactly like one without them.
     pub fn has_alternatives(&self) -> bool {
-        self.nodes.iter().any(|n| !n.alternatives.is_empty())
+        self.nodes
+            .iter()
+            .any(|n| (0..n.alternatives.len()).any(|a| n.alternative_matters(a)))
     }
 
     /// The graph with every node's leanest implementation as its only one (same positions and

@@ -70,6 +70,19 @@ pub struct NodeCost {
     pub seconds: f64,
     /// Bytes of the node's output tensor.
     pub bytes: u64,
+    /// Median seconds of the node's other implementations, by name (docs/IMPLEMENTATIONS.md; an
+    /// optional field, absent in older tables).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<AlternativeCost>,
+}
+
+/// The measured cost of one alternative implementation of a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlternativeCost {
+    /// The implementation's name in the training graph (e.g. `whole-sample`).
+    pub name: String,
+    /// Median seconds of one compute with it.
+    pub seconds: f64,
 }
 
 impl CostTable {
@@ -198,6 +211,31 @@ impl CostTable {
                 )));
             }
             s.cost = n.seconds;
+            for a in &n.alternatives {
+                if !a.seconds.is_finite() || a.seconds < 0.0 {
+                    return Err(self.error(format!(
+                        "implementation `{}` of node `{}` has seconds {}, expected a finite \
+                         non-negative number",
+                        a.name, n.name, a.seconds
+                    )));
+                }
+                if !s.alternatives.iter().any(|i| i.name == a.name) {
+                    return Err(self.error(format!(
+                        "names implementation `{}` of node `{}`, which the training graph does \
+                         not have",
+                        a.name, n.name
+                    )));
+                }
+            }
+            // An implementation the table did not time counts as slow as the default: with its
+            // larger workspace it is then never chosen.
+            for alt in &mut s.alternatives {
+                alt.cost = n
+                    .alternatives
+                    .iter()
+                    .find(|a| a.name == alt.name)
+                    .map_or(n.seconds, |a| a.seconds);
+            }
         }
         if !by_name.is_empty() {
             let mut extra: Vec<&str> = by_name.into_keys().collect();

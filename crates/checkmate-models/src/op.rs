@@ -1067,6 +1067,58 @@ impl Op {
     }
 }
 
+/// The name of a convolution's second implementation on the CPU: each sample's windows unfolded
+/// at once (one matrix product per sample and group) instead of in chunks of
+/// [`CONV_CHUNK_BYTES`]. Faster on deep layers (the kernel matrix is packed once per sample),
+/// with a workspace of a whole sample's windows; the same bits (docs/IMPLEMENTATIONS.md).
+pub const WHOLE_SAMPLE: &str = "whole-sample";
+
+/// The most gemm's packing buffers grow by when a convolution unfolds a whole sample.
+const WHOLE_SAMPLE_PACKING: u64 = 1 << 20;
+
+/// The chunk bound of the CPU convolution for implementation `name` of a convolution node:
+/// [`CONV_CHUNK_BYTES`] for the default, unbounded (one sample) for [`WHOLE_SAMPLE`].
+pub fn conv_chunk_bytes_of(name: &str) -> Option<usize> {
+    match name {
+        checkmate_graph::DEFAULT_IMPLEMENTATION => Some(CONV_CHUNK_BYTES),
+        WHOLE_SAMPLE => Some(usize::MAX),
+        _ => None,
+    }
+}
+
+impl Op {
+    /// Extra workspace of a convolution's [`WHOLE_SAMPLE`] implementation over its default, for
+    /// its forward (`backward` false) or its input gradient (`backward`, with `masked`: the
+    /// upstream gradient is masked chunk by chunk); `None` where a sample's windows fit in one
+    /// chunk anyway (the two are the same kernel) or the op is not a convolution.
+    pub fn whole_sample_extra(
+        &self,
+        inputs: &[TensorType],
+        output: &Shape,
+        backward: bool,
+        masked: bool,
+    ) -> Option<u64> {
+        let Op::Conv2d(c) = self else {
+            return None;
+        };
+        let (window, positions) = conv_window_positions(c, inputs, output)?;
+        if conv_chunk_rows(window, positions, 4) >= positions {
+            return None;
+        }
+        let whole = (4 * positions * window) as u64;
+        let mut extra = whole - conv_chunk_bytes(window, positions);
+        // gemm packs the larger product's rows in blocks bounded by its cache blocking: about a
+        // quarter of the larger windows, at most about 1 MiB more than for a chunk (measured
+        // with the counting allocator on U-Net's and VGG16's convolutions: 0.04 to 0.8 MiB).
+        extra += (extra / 4).min(WHOLE_SAMPLE_PACKING);
+        if backward && masked {
+            let opg = c.filters / c.groups.max(1);
+            extra += (4 * positions * opg) as u64 - conv_masked_bytes(window, positions, opg);
+        }
+        Some(extra)
+    }
+}
+
 /// Bytes of unfolded windows one matrix product of the executor's CPU convolution works on
 /// (`checkmate_executor::conv_cpu`): the bound on a convolution's scratch.
 pub const CONV_CHUNK_BYTES: usize = 1 << 20;
@@ -1074,7 +1126,17 @@ pub const CONV_CHUNK_BYTES: usize = 1 << 20;
 /// Output positions per chunk of the executor's CPU convolution for elements of `elem` bytes:
 /// `clamp(CONV_CHUNK_BYTES / (elem * window), 1, positions)` (the kernel uses this formula too).
 pub fn conv_chunk_rows(window: usize, positions: usize, elem: usize) -> usize {
-    (CONV_CHUNK_BYTES / (elem.max(1) * window.max(1))).clamp(1, positions.max(1))
+    conv_chunk_rows_within(window, positions, elem, CONV_CHUNK_BYTES)
+}
+
+/// [`conv_chunk_rows`] for chunks of at most `chunk_bytes` (at least one position).
+pub fn conv_chunk_rows_within(
+    window: usize,
+    positions: usize,
+    elem: usize,
+    chunk_bytes: usize,
+) -> usize {
+    (chunk_bytes / (elem.max(1) * window.max(1))).clamp(1, positions.max(1))
 }
 
 /// The masked upstream-gradient buffer of a convolution followed by ReLU, in f32 bytes:

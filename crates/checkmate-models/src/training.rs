@@ -1,11 +1,11 @@
 //! From a [`Network`] to its training graph: forward nodes, the loss, backward nodes.
 
-use checkmate_graph::{Graph, NodeIdx, NodeKind, NodeSpec};
+use checkmate_graph::{Graph, Implementation, NodeIdx, NodeKind, NodeSpec};
 
 use crate::costs::Costs;
 use crate::error::Result;
 use crate::network::{LayerId, Network, TensorRef};
-use crate::op::{Activation, Op};
+use crate::op::{Activation, Op, WHOLE_SAMPLE};
 
 /// The optimizer whose state counts in static memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -380,16 +380,33 @@ impl Network {
                 .collect()
         };
 
+        // At operator level a convolution has a second kernel (docs/IMPLEMENTATIONS.md): the
+        // same FLOPs, so with FLOP costs it is never chosen; a profile's times decide.
+        let whole_sample = |cost: f64, ws: u64, extra: Option<u64>| -> Vec<Implementation> {
+            match extra {
+                Some(extra) if op_level => vec![Implementation {
+                    name: WHOLE_SAMPLE.to_string(),
+                    cost,
+                    workspace_bytes: ws + workspace(extra),
+                }],
+                _ => Vec::new(),
+            }
+        };
         for (id, l) in layers.iter().enumerate() {
             let v = forward[id];
+            let ws = workspace(l.op.forward_workspace(&l.input_types, &l.output.shape));
             specs[v] = Some(NodeSpec {
-                alternatives: Vec::new(),
+                alternatives: whole_sample(
+                    l.forward_flops,
+                    ws,
+                    l.op.whole_sample_extra(&l.input_types, &l.output.shape, false, false),
+                ),
                 id: v as u64,
                 name: l.name.clone(),
                 kind: NodeKind::Forward,
                 cost: l.forward_flops,
                 bytes: l.output_bytes(),
-                workspace_bytes: workspace(l.op.forward_workspace(&l.input_types, &l.output.shape)),
+                workspace_bytes: ws,
                 deps: layer_deps(&l.inputs),
             });
             roles[v] = Some(NodeRole::Forward(id));
@@ -580,8 +597,26 @@ impl Network {
                 deps = layer_deps(&reads);
             }
             deps.extend(&upstream_deps);
+            // The input-gradient part of a split convolution: its windows' gradients per chunk
+            // fold onto the input in position order, so a whole sample at once gives the same
+            // bits. (The parameter gradient sums over positions chunk by chunk: a different
+            // chunk would change its rounding, so it has no second kernel.)
+            let alternatives = if weight_node[id].is_some() {
+                whole_sample(
+                    cost,
+                    ws,
+                    l.op.whole_sample_extra(
+                        &l.input_types,
+                        &l.output.shape,
+                        true,
+                        masked_in_kernel,
+                    ),
+                )
+            } else {
+                Vec::new()
+            };
             specs[node_of[id]] = Some(NodeSpec {
-                alternatives: Vec::new(),
+                alternatives,
                 id: node_of[id] as u64,
                 name: format!("{}_backward", l.name),
                 kind: NodeKind::Backward,

@@ -319,6 +319,7 @@ fn table_for(g: &Graph) -> CostTable {
             name: n.name.clone(),
             seconds: 0.001 * (i + 1) as f64,
             bytes: n.bytes,
+            alternatives: Vec::new(),
         })
         .collect();
     CostTable::new("cpu", "vgg16", 2, nodes)
@@ -390,6 +391,7 @@ fn cost_table_mismatches_are_errors_naming_the_node() {
         name: "conv_extra".into(),
         seconds: 1.0,
         bytes: 4,
+        alternatives: Vec::new(),
     });
     assert!(build(t).contains("conv_extra"));
     let mut t = table_for(&flops);

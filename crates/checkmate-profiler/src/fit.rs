@@ -145,6 +145,9 @@ impl CostFit {
                     name: n.name.clone(),
                     seconds: n.seconds.at(x).max(0.0),
                     bytes: n.bytes.at(x).round().max(0.0) as u64,
+                    // (Fitted tables time default kernels only: alternatives then count as slow
+                    // as the default and are never chosen.)
+                    alternatives: Vec::new(),
                 })
                 .collect(),
         )
@@ -204,6 +207,7 @@ mod tests {
                     min_seconds: s,
                     samples: 1,
                     workspace_bytes: None,
+                    alternatives: Vec::new(),
                 }
             })
             .collect();

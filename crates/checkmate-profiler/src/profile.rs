@@ -7,7 +7,8 @@ use candle_core::{DType, Device};
 use checkmate_executor::{Batch, Executor};
 use checkmate_graph::{Graph, NodeKind, Plan, Step};
 use checkmate_models::{
-    CostTable, ModelConfig, Network, NodeCost, StepOverheads, TrainingConfig, COSTS_FORMAT,
+    AlternativeCost, CostTable, ModelConfig, Network, NodeCost, StepOverheads, TrainingConfig,
+    COSTS_FORMAT,
 };
 use serde::{Deserialize, Serialize};
 
@@ -124,6 +125,20 @@ pub struct NodeProfile {
     /// Temporary bytes the node's kernels needed beyond inputs and outputs, where the device can
     /// tell (`None` on CPU: the host allocator does not report a high-water mark per kernel).
     pub workspace_bytes: Option<u64>,
+    /// The node's other implementations, timed on alternate steps (docs/IMPLEMENTATIONS.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<AlternativeProfile>,
+}
+
+/// One alternative implementation's measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlternativeProfile {
+    /// The implementation's name.
+    pub name: String,
+    /// Median seconds of one compute with it.
+    pub seconds: f64,
+    /// Number of timed samples.
+    pub samples: usize,
 }
 
 impl NodeProfile {
@@ -202,6 +217,14 @@ impl Profile {
                     name: n.name.clone(),
                     seconds: n.seconds,
                     bytes: n.bytes,
+                    alternatives: n
+                        .alternatives
+                        .iter()
+                        .map(|a| AlternativeCost {
+                            name: a.name.clone(),
+                            seconds: a.seconds,
+                        })
+                        .collect(),
                 })
                 .collect(),
         );
@@ -430,6 +453,30 @@ pub fn profile_executor(
     let graph = exec.graph().clone();
     let n = graph.len();
     let plan = profiling_plan(&graph);
+    // Nodes with other implementations run implementation `r % count` on timed step `r`: one
+    // plan per implementation number (a node with fewer runs its default).
+    let impl_count = graph
+        .nodes()
+        .iter()
+        .map(|n| n.implementation_count())
+        .max()
+        .unwrap_or(1);
+    let plans: Vec<Plan> = (0..impl_count)
+        .map(|k| {
+            let mut p = plan.clone();
+            if k > 0 {
+                p.implementations = p
+                    .steps
+                    .iter()
+                    .map(|s| match *s {
+                        Step::Compute(v) if graph.node(v).implementation_count() > k => k as u16,
+                        _ => 0,
+                    })
+                    .collect();
+            }
+            p
+        })
+        .collect();
     let computes: Vec<(usize, usize)> = plan
         .steps
         .iter()
@@ -453,6 +500,12 @@ pub fn profile_executor(
     }
     let measure_start = Instant::now();
     let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(options.max_repeats); n];
+    // Samples of implementation k >= 1 of node v: alt_samples[v][k - 1].
+    let mut alt_samples: Vec<Vec<Vec<f64>>> = graph
+        .nodes()
+        .iter()
+        .map(|node| vec![Vec::new(); node.alternatives.len()])
+        .collect();
     let mut bytes: Vec<Option<u64>> = vec![None; n];
     let mut step_totals = Vec::with_capacity(options.max_repeats);
     let mut overheads = Vec::with_capacity(options.max_repeats);
@@ -465,7 +518,8 @@ pub fn profile_executor(
         #[cfg(feature = "cuda")]
         let mark = cuda.as_ref().map(|c| c.start()).transpose()?;
         let wall = Instant::now();
-        let report = exec.run_plan(&plan, batch)?;
+        let timed = &plans[r % plans.len()];
+        let report = exec.run_plan(timed, batch)?;
         let wall = wall.elapsed().as_secs_f64();
         let kernels: f64 = report.step_seconds.iter().sum();
         overheads.push((wall - kernels).max(0.0) / plan.steps.len().max(1) as f64);
@@ -478,7 +532,10 @@ pub fn profile_executor(
             }
         }
         for &(s, v) in &computes {
-            samples[v].push(report.step_seconds[s]);
+            match timed.implementation(s) {
+                0 => samples[v].push(report.step_seconds[s]),
+                k => alt_samples[v][k - 1].push(report.step_seconds[s]),
+            }
             let before = if s == 0 {
                 0
             } else {
@@ -530,6 +587,17 @@ pub fn profile_executor(
                 min_seconds: s.min,
                 samples: s.count,
                 workspace_bytes: None,
+                alternatives: node
+                    .alternatives
+                    .iter()
+                    .zip(&alt_samples[v])
+                    .filter(|(_, t)| !t.is_empty())
+                    .map(|(a, t)| AlternativeProfile {
+                        name: a.name.clone(),
+                        seconds: Summary::of(t).median,
+                        samples: t.len(),
+                    })
+                    .collect(),
             }
         })
         .collect();

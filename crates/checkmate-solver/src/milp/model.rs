@@ -501,10 +501,13 @@ impl Model {
                 // cost and workspace as a difference to the default's.
                 let node = graph.node(k);
                 let mut alt_ws = Vec::new();
-                if !node.alternatives.is_empty() {
+                if (0..node.alternatives.len()).any(|a| node.alternative_matters(a)) {
                     let mut one_of = Expr::default();
                     one_of.add(rk, -1.0);
                     for a in 1..node.implementation_count() {
+                        if !node.alternative_matters(a - 1) {
+                            continue; // slower and larger than the default: never chosen
+                        }
                         let c = m.add_col(
                             ColKind::Impl(t as u32, k as u32, a as u16),
                             obj_r * (node.cost_with(a) - node.cost) / cost_scale,
