@@ -475,7 +475,10 @@ impl Executor {
                 let (v, ws, live_then) = match s {
                     Step::Compute(v) => (
                         v,
-                        self.tg.graph.node(v).workspace_with(plan.implementation(step)),
+                        self.tg
+                            .graph
+                            .node(v)
+                            .workspace_with(plan.implementation(step)),
                         sim.live_after_step[step],
                     ),
                     Step::Free(v) => (v, 0, sim.live_after_step[step.saturating_sub(1)]),
@@ -685,10 +688,15 @@ impl Executor {
                 let z = k::dense_forward(x, &ps[0], ps.get(1)).ctx(ctx)?;
                 k::activation_forward(&z, d.activation, rank - 1).ctx(ctx)?
             }
-            Op::Conv2d(c) => {
-                k::conv2d_forward_act_chunked(x, &ps[0], ps.get(1), c, c.activation, self.conv_chunk)
-                    .ctx(ctx)?
-            }
+            Op::Conv2d(c) => k::conv2d_forward_act_chunked(
+                x,
+                &ps[0],
+                ps.get(1),
+                c,
+                c.activation,
+                self.conv_chunk,
+            )
+            .ctx(ctx)?,
             Op::Activation(a) => k::activation_forward(x, *a, 1).ctx(ctx)?,
             Op::Flatten | Op::Reshape { .. } => x.reshape(layer.output.shape.dims()).ctx(ctx)?,
             Op::MaxPool2d(p) => k::max_pool2d_forward(x, p).ctx(ctx)?,

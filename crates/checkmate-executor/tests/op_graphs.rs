@@ -250,7 +250,11 @@ fn op_level_plans_that_recompute_train_bitwise_identically() {
             alternatives += usize::from(whole.uses_alternatives());
             let (got, got_losses) = run(&net, Granularity::Op, Some(&whole));
             assert_eq!(got_losses, losses, "{} {strategy} whole-sample", net.name());
-            assert!(got == want, "{} {strategy} whole-sample: parameters differ", net.name());
+            assert!(
+                got == want,
+                "{} {strategy} whole-sample: parameters differ",
+                net.name()
+            );
         }
         assert!(
             recomputed > 0,
@@ -259,7 +263,10 @@ fn op_level_plans_that_recompute_train_bitwise_identically() {
         );
     }
     // (At these sizes VGG16 has convolutions whose sample exceeds a chunk.)
-    assert!(alternatives >= 2, "only {alternatives} plans with whole-sample kernels");
+    assert!(
+        alternatives >= 2,
+        "only {alternatives} plans with whole-sample kernels"
+    );
 }
 
 /// `plan` for `g` with every node that has a second implementation computing with it.
@@ -331,5 +338,8 @@ fn every_op_node_allocates_what_it_models() {
         }
     }
     assert!(checked > 800, "only {checked} nodes checked");
-    assert!(alternatives >= 20, "only {alternatives} alternative kernels checked");
+    assert!(
+        alternatives >= 20,
+        "only {alternatives} alternative kernels checked"
+    );
 }

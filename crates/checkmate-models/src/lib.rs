@@ -63,9 +63,9 @@ pub use costs::{AlternativeCost, CostTable, Costs, NodeCost, StepOverheads, COST
 pub use error::{Error, Result};
 pub use network::{Layer, LayerId, Loss, Network, NetworkBuilder, TensorRef};
 pub use op::{
-    conv_chunk_bytes, conv_chunk_bytes_of, conv_chunk_rows, conv_chunk_rows_within, conv_masked_bytes, Activation, BatchNorm, Conv2d,
-    ConvTranspose2d, Dense, GradNeeds, Op, Padding, ParamSpec, Pool2d, SelfAttention,
-    CONV_CHUNK_BYTES, WHOLE_SAMPLE,
+    conv_chunk_bytes, conv_chunk_bytes_of, conv_chunk_rows, conv_chunk_rows_within,
+    conv_masked_bytes, Activation, BatchNorm, Conv2d, ConvTranspose2d, Dense, GradNeeds, Op,
+    Padding, ParamSpec, Pool2d, SelfAttention, CONV_CHUNK_BYTES, WHOLE_SAMPLE,
 };
 pub use shape::{DType, ImageSize, Shape, TensorType};
 pub use training::{

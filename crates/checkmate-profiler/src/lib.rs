@@ -57,6 +57,6 @@ pub use error::{Error, Result};
 pub use fit::{compare_tables, fit, CostFit, FitQuality, NodeFit};
 pub use profile::{
     device_label, profile_executor, profile_model, profile_network, profiling_plan,
-    time_update_and_batch, Agreement, AlternativeProfile, NodeProfile, Phase, Profile, ProfileMeta, ProfileOptions,
-    Progress,
+    time_update_and_batch, Agreement, AlternativeProfile, NodeProfile, Phase, Profile, ProfileMeta,
+    ProfileOptions, Progress,
 };

@@ -197,3 +197,101 @@ fn predictions_add_up_over_the_plans_computes() {
     assert!(c.predicted_seconds > predicted);
     assert!(c.measured.median > 0.0 && c.wall.median >= c.measured.median);
 }
+
+/// At operator level a convolution whose sample's windows exceed one chunk has a second kernel:
+/// the profiler times both (on alternate steps), the cost table carries both, and a graph built
+/// with the table lists the measured alternative (docs/IMPLEMENTATIONS.md).
+#[test]
+fn profiles_time_every_implementation() {
+    use checkmate_models::{Costs, Granularity, WHOLE_SAMPLE};
+    let mut b = NetworkBuilder::new("wide", Shape::new([2, 3, 48, 48]));
+    let c1 = b
+        .layer(
+            "conv1",
+            Op::Conv2d(Conv2d::new(32, 3).same().relu()),
+            b.input(),
+        )
+        .unwrap();
+    let c2 = b
+        .layer("conv2", Op::Conv2d(Conv2d::new(64, 3).same().relu()), c1)
+        .unwrap();
+    let p = b
+        .layer("pool", Op::MaxPool2d(Pool2d::new(4, 4)), c2)
+        .unwrap();
+    let f = b.layer("flatten", Op::Flatten, p).unwrap();
+    let d = b.layer("logits", Op::Dense(Dense::new(10)), f).unwrap();
+    let net = b.finish(d, 1).unwrap();
+    let training = TrainingConfig {
+        granularity: Granularity::Op,
+        ..TrainingConfig::default()
+    };
+    let graph = net.training_graph(&training).unwrap().graph;
+    let with_alt: Vec<&str> = graph
+        .nodes()
+        .iter()
+        .filter(|n| n.implementation_count() > 1)
+        .map(|n| n.name.as_str())
+        .collect();
+    // conv2's windows (32 * 9 floats at 2304 positions) exceed 1 MiB; conv1's (27) do not.
+    assert_eq!(with_alt, ["conv2", "conv2_backward"]);
+    // With FLOP costs the second kernel costs the same and needs more memory: inert.
+    assert!(!graph.has_alternatives());
+    let options = ProfileOptions {
+        warmup: 1,
+        min_repeats: 4,
+        max_repeats: 4,
+        ..ProfileOptions::default()
+    };
+    let p = profile_network(
+        net.clone(),
+        "wide",
+        &training,
+        &Device::Cpu,
+        &options,
+        &mut |_| {},
+    )
+    .unwrap();
+    for n in &p.nodes {
+        if with_alt.contains(&n.name.as_str()) {
+            assert_eq!(n.alternatives.len(), 1, "{}", n.name);
+            assert_eq!(n.alternatives[0].name, WHOLE_SAMPLE);
+            assert!(n.alternatives[0].seconds > 0.0);
+            assert_eq!((n.samples, n.alternatives[0].samples), (2, 2), "{}", n.name);
+        } else {
+            assert!(n.alternatives.is_empty());
+            assert_eq!(n.samples, 4, "{}", n.name);
+        }
+    }
+    let table = p.cost_table();
+    let back = checkmate_models::CostTable::from_json_str(&p.to_json(), "profile").unwrap();
+    assert_eq!(back.nodes, table.nodes);
+    // The measured graph: every implementation at its measured time.
+    let measured = TrainingConfig {
+        costs: Costs::Measured(table.clone()),
+        ..training.clone()
+    };
+    let g = net.training_graph(&measured).unwrap().graph;
+    for n in &p.nodes {
+        let node = g.nodes().iter().find(|x| x.name == n.name).unwrap();
+        assert_eq!(node.cost, n.seconds);
+        for (a, m) in node.alternatives.iter().zip(&n.alternatives) {
+            assert_eq!(a.cost, m.seconds);
+        }
+    }
+    // A table naming an implementation the graph lacks is refused.
+    let mut bad = table;
+    bad.nodes[0]
+        .alternatives
+        .push(checkmate_models::AlternativeCost {
+            name: "winograd".into(),
+            seconds: 1.0,
+        });
+    let err = net
+        .training_graph(&TrainingConfig {
+            costs: Costs::Measured(bad),
+            ..training
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("winograd"), "{err}");
+}
