@@ -944,6 +944,11 @@ fn render(ctx: &Ctx) -> Result<()> {
         md.push('\n');
         md.push_str(&op);
     }
+    // Section 8 comes from `cargo xtask bench impl`: kept as it is.
+    if let Some(choices) = crate::bench_impl::section(&path) {
+        md.push('\n');
+        md.push_str(&choices);
+    }
     std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))
 }
 

@@ -6,6 +6,8 @@
 #[cfg(feature = "bench")]
 mod bench_generated;
 #[cfg(feature = "bench")]
+mod bench_impl;
+#[cfg(feature = "bench")]
 mod bench_limits;
 #[cfg(feature = "bench")]
 mod bench_memory;
@@ -261,13 +263,14 @@ fn bench_parts(part: &str, rest: &[String]) -> Result<()> {
         "generated" => bench_generated::run(&rest[1..]),
         "limits" => bench_limits::run(&rest[1..]),
         "op" => bench_op::run(&rest[1..]),
+        "impl" => bench_impl::run(&rest[1..]),
         "scale" => bench_scale::run(&rest[1..]),
         "memory" => bench_memory::run(&rest[1..]),
         p if bench_results::PARTS.contains(&p) => bench_results::run(p, &rest[1..]),
         "all" => bench_results::run("results", rest),
         p if p.starts_with("--") => bench_results::run("results", rest),
         other => bail!(
-            "unknown bench part {other:?}; known: simulator, solver, generated, limits, scale, memory, op, {}",
+            "unknown bench part {other:?}; known: simulator, solver, generated, limits, scale, memory, op, impl, {}",
             bench_results::PARTS.join(", ")
         ),
     }
