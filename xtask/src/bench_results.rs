@@ -930,7 +930,7 @@ fn render(ctx: &Ctx) -> Result<()> {
             run["seconds"].as_f64().unwrap_or(0.0) / 60.0
         )?;
     }
-    writeln!(md, "Contents: [1. Approximation quality](#1-approximation-quality-paper-table-2) · [2. Frontiers](#2-frontiers-paper-figure-5) · [3. Solve time](#3-solve-time) · [4. Largest batch](#4-largest-batch-paper-figure-6) · [5. Real training](#5-real-training-on-this-cpu) · [6. One plan](#6-one-plan-memory-over-time-and-the-r-and-s-matrices) · [7. Operator-level graphs](#7-operator-level-graphs-at-monets-sizes)\n")?;
+    writeln!(md, "Contents: [1. Approximation quality](#1-approximation-quality-paper-table-2) · [2. Frontiers](#2-frontiers-paper-figure-5) · [3. Solve time](#3-solve-time) · [4. Largest batch](#4-largest-batch-paper-figure-6) · [5. Real training](#5-real-training-on-this-cpu) · [6. One plan](#6-one-plan-memory-over-time-and-the-r-and-s-matrices) · [7. Operator-level graphs](#7-operator-level-graphs-at-monets-sizes) · [8. Implementation choices](#8-implementation-choices-with-measured-costs)\n")?;
     let frontier = ctx.load("frontier");
     render_table2(&mut md, frontier.as_ref())?;
     render_frontiers(&mut md, frontier.as_ref())?;
