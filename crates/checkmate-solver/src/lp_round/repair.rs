@@ -76,17 +76,37 @@ fn peak_step(graph: &Graph, cur: &Judged) -> Option<usize> {
 /// every keep run live at the peak (whole, before or after the peak stage) and keeping each tensor
 /// that the peak stage recomputes from its previous compute instead, and takes the cheapest move
 /// that fits, else the one that removes the most excess memory per unit of extra cost.
-pub(crate) fn repair(
-    graph: &Graph,
-    mut cur: Judged,
-    budget: u64,
-    deadline: Instant,
-) -> Option<Judged> {
+pub(crate) fn repair(graph: &Graph, cur: Judged, budget: u64, deadline: Instant) -> Option<Judged> {
+    let (j, fits) = descend(graph, cur, budget, deadline);
+    fits.then_some(j)
+}
+
+/// [`repair`] that keeps what it reached: the plan within `budget`, or else the schedule with the
+/// least peak met on the way (never above `cur`'s) when no move lowers the excess any more or the
+/// deadline passes. Moves are judged by all the excess above `budget`, so aiming far below the
+/// peak lowers every high moment together.
+pub(crate) fn lower_toward(graph: &Graph, cur: Judged, budget: u64, deadline: Instant) -> Judged {
+    descend(graph, cur, budget, deadline).0
+}
+
+/// The repair loop: a plan within `budget` and `true`, or the least-peak schedule met and
+/// `false`.
+fn descend(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant) -> (Judged, bool) {
+    let mut lowest: Option<Judged> = None;
     while cur.peak > budget {
-        if Instant::now() >= deadline {
-            return None;
+        if lowest.as_ref().map_or(true, |l| cur.peak < l.peak) {
+            lowest = Some(cur.clone());
         }
-        let step = peak_step(graph, &cur)?;
+        let lowest_or = |cur: Judged, lowest: Option<Judged>| match lowest {
+            Some(l) if l.peak <= cur.peak => l,
+            _ => cur,
+        };
+        if Instant::now() >= deadline {
+            return (lowest_or(cur, lowest), false);
+        }
+        let Some(step) = peak_step(graph, &cur) else {
+            return (lowest_or(cur, lowest), false);
+        };
         let (t, live) = peak_context(graph, &cur, step);
         let mut moves: Vec<(usize, usize, usize)> = Vec::new();
         for i in live.ones() {
@@ -142,10 +162,10 @@ pub(crate) fn repair(
         cur = match (best_fit, best_ratio) {
             (Some(f), _) => f,
             (None, Some((_, j))) => j,
-            (None, None) => return None,
+            (None, None) => return (lowest_or(cur, lowest), false),
         };
     }
-    Some(cur)
+    (cur, true)
 }
 
 /// Local search from a plan within budget: for every recomputation of a tensor, try keeping the
