@@ -11,12 +11,12 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use crate::bench_op::checkmate;
 use crate::bench_results::mib;
 
 /// Markers of this bench's section in docs/RESULTS.md.
@@ -69,27 +69,6 @@ const MODELS: &[(&str, &[&str])] = &[
         &["--model", "unet", "--image-size", "128", "--batch", "2"],
     ),
 ];
-
-/// Runs `checkmate ARGS`; the last stdout line as JSON, or the last stderr line as the error.
-fn checkmate(bin: &Path, args: &[String]) -> Result<Value, String> {
-    eprintln!("  $ checkmate {}", args.join(" "));
-    let t0 = Instant::now();
-    let out = Command::new(bin)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-    eprintln!("    {:.1} s", t0.elapsed().as_secs_f64());
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    match serde_json::from_str::<Value>(stdout.lines().last().unwrap_or("")) {
-        Ok(v) if out.status.success() => Ok(v),
-        _ => Err(String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .rfind(|l| !l.trim().is_empty())
-            .unwrap_or("no output")
-            .trim()
-            .to_string()),
-    }
-}
 
 fn args_of(flags: &[&str], more: &[&str]) -> Vec<String> {
     flags.iter().chain(more).map(|s| s.to_string()).collect()
@@ -355,7 +334,7 @@ pub fn run(args: &[String]) -> Result<()> {
     )?;
     md.push_str(&trains);
     writeln!(md, "{END}")?;
-    write_section(&out, &md)?;
+    crate::bench_op::write_marked(&out, BEGIN, END, &md)?;
     eprintln!(
         "bench impl: {:.0} s; wrote {}",
         t0.elapsed().as_secs_f64(),
@@ -364,25 +343,7 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Replaces the marked section of `path` with `section` (appends it when absent).
-fn write_section(path: &Path, section: &str) -> Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if e > b => format!(
-            "{}{}{}",
-            &old[..b],
-            section,
-            &old[e + END.len()..].trim_start_matches('\n')
-        ),
-        _ => format!("{}\n\n{section}", old.trim_end()),
-    };
-    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
-}
-
 /// The marked section of `path`, if any (for `cargo xtask bench results`).
 pub fn section(path: &Path) -> Option<String> {
-    let old = std::fs::read_to_string(path).ok()?;
-    let b = old.find(BEGIN)?;
-    let e = old.find(END)?;
-    (e > b).then(|| format!("{}\n", &old[b..e + END.len()]))
+    crate::bench_op::marked(path, BEGIN, END)
 }

@@ -164,7 +164,7 @@ fn parse(args: &[String]) -> Result<Args> {
 }
 
 /// Runs `checkmate ARGS`; the last stdout line as JSON, or the last stderr line as the error.
-fn checkmate(bin: &Path, args: &[String]) -> Result<Value, String> {
+pub(crate) fn checkmate(bin: &Path, args: &[String]) -> Result<Value, String> {
     eprintln!("  $ checkmate {}", args.join(" "));
     let t0 = Instant::now();
     let out = Command::new(bin)
@@ -641,26 +641,37 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Replaces the marked section of `path` with `section` (appends it when absent).
 fn write_section(path: &Path, section: &str) -> Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let new = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if e > b => {
-            format!(
-                "{}{}{}",
-                &old[..b],
-                section,
-                &old[e + END.len()..].trim_start_matches('\n')
-            )
-        }
-        _ => format!("{}\n{section}", old.trim_end()),
-    };
-    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+    write_marked(path, BEGIN, END, section)
 }
 
 /// The marked section of `path`, if any (for `cargo xtask bench results`, which re-renders the
 /// rest of the file).
 pub fn section(path: &Path) -> Option<String> {
+    marked(path, BEGIN, END)
+}
+
+/// Replaces what lies between `begin` and `end` in `path` (markers included) with `section`,
+/// which carries them; appends it when the markers are absent.
+pub(crate) fn write_marked(path: &Path, begin: &str, end: &str, section: &str) -> Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let new = match (old.find(begin), old.find(end)) {
+        (Some(b), Some(e)) if e > b => {
+            format!(
+                "{}{}{}",
+                &old[..b],
+                section,
+                &old[e + end.len()..].trim_start_matches('\n')
+            )
+        }
+        _ => format!("{}\n\n{section}", old.trim_end()),
+    };
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))
+}
+
+/// What lies between `begin` and `end` in `path`, markers included.
+pub(crate) fn marked(path: &Path, begin: &str, end: &str) -> Option<String> {
     let old = std::fs::read_to_string(path).ok()?;
-    let b = old.find(BEGIN)?;
-    let e = old.find(END)?;
-    (e > b).then(|| format!("{}\n", &old[b..e + END.len()]))
+    let b = old.find(begin)?;
+    let e = old.find(end)?;
+    (e > b).then(|| format!("{}\n", &old[b..e + end.len()]))
 }

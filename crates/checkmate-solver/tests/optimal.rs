@@ -1,6 +1,9 @@
-//! `milp` and `lp-round` against exhaustive search, the baselines and each other.
+//! `milp` and `lp-round` against exhaustive search, the baselines and each other, on graphs with
+//! and without implementation alternatives (docs/IMPLEMENTATIONS.md).
 
-use checkmate_graph::{simulate, Graph, NodeKind, NodeSpec, Schedule};
+use checkmate_graph::{
+    choose_implementations, simulate, Graph, Implementation, NodeKind, NodeSpec, Schedule,
+};
 use checkmate_solver::baselines::CheckpointAll;
 use checkmate_solver::lp_round::lp_lower_bound;
 use checkmate_solver::milp::Milp;
@@ -95,12 +98,31 @@ fn spec_strategy(max_layers: usize) -> impl proptest::strategy::Strategy<Value =
     })
 }
 
-/// A random DAG of `n` nodes: each node reads a random subset of the earlier ones.
-fn random_dag(n: usize, edges: &[bool], bytes: &[u64], costs: &[u32], ws: &[u64]) -> Graph {
+/// A random DAG of `n` nodes: each node reads a random subset of the earlier ones; node `i` has
+/// the implementations `alts[i]` (`(cost, workspace)`) beside its default (none when `alts` is
+/// empty).
+fn random_dag(
+    n: usize,
+    edges: &[bool],
+    bytes: &[u64],
+    costs: &[u32],
+    ws: &[u64],
+    alts: &[Vec<(u32, u64)>],
+) -> Graph {
     let mut e = edges.iter();
     let nodes = (0..n)
         .map(|i| NodeSpec {
-            alternatives: Vec::new(),
+            alternatives: alts
+                .get(i)
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(k, &(c, w))| Implementation {
+                    name: format!("alt{k}"),
+                    cost: f64::from(c),
+                    workspace_bytes: w,
+                })
+                .collect(),
             id: i as u64,
             name: format!("v{i}"),
             kind: NodeKind::Forward,
@@ -126,7 +148,26 @@ fn dag_strategy() -> impl proptest::strategy::Strategy<Value = (Graph, f64)> {
             0.0f64..=1.0,
         )
             .prop_map(move |(edges, bytes, costs, ws, frac)| {
-                (random_dag(n, &edges, &bytes, &costs, &ws), frac)
+                (random_dag(n, &edges, &bytes, &costs, &ws, &[]), frac)
+            })
+    })
+}
+
+/// Random DAGs of 3 to 6 nodes where about half the nodes have one or two other
+/// implementations: a faster one with a larger workspace, a slower one with a smaller, or one
+/// that is both (which no strategy may pick).
+fn dag_with_alternatives() -> impl proptest::strategy::Strategy<Value = (Graph, f64)> {
+    (3usize..=6).prop_flat_map(|n| {
+        (
+            proptest::collection::vec(proptest::bool::weighted(0.35), n * (n - 1) / 2),
+            proptest::collection::vec(1u64..=8, n),
+            proptest::collection::vec(2u32..=6, n),
+            proptest::collection::vec(0u64..=4, n),
+            proptest::collection::vec(proptest::collection::vec((1u32..=8, 0u64..=9), 0..=2), n),
+            0.0f64..=1.0,
+        )
+            .prop_map(move |(edges, bytes, costs, ws, alts, frac)| {
+                (random_dag(n, &edges, &bytes, &costs, &ws, &alts), frac)
             })
     })
 }
@@ -155,7 +196,9 @@ fn keep_bits(g: &Graph) -> Vec<(usize, usize)> {
 }
 
 /// The least cost of any frontier-advancing schedule within `budget`: every keep matrix whose keeps
-/// can matter, `R` from Algorithm 2, judged by the simulator. `None` when nothing fits.
+/// can matter, `R` from Algorithm 2, each compute with the cheapest implementation that fits
+/// (the best choice for that sequence of steps: a workspace lives only during its compute),
+/// judged by the simulator. `None` when nothing fits.
 fn exhaustive(g: &Graph, budget: u64) -> Option<f64> {
     let n = g.len();
     let bits = keep_bits(g);
@@ -170,12 +213,54 @@ fn exhaustive(g: &Graph, budget: u64) -> Option<f64> {
         }
         let s = Schedule::cheapest_given_keeps(g, keep).expect("keeps are before their stage");
         s.validate(g).expect("Algorithm 2 gives valid schedules");
-        let sim = simulate(g, &s.to_plan(g)).expect("valid plan");
+        let plan = choose_implementations(g, &s.to_plan(g), Some(budget));
+        let sim = simulate(g, &plan).expect("valid plan");
         if sim.peak_bytes <= budget && best.map_or(true, |b| sim.cost < b) {
             best = Some(sim.cost);
         }
     }
     best
+}
+
+/// Every strategy's plan at `budget` is valid, within budget and costs at least `milp`'s optimum
+/// `opt`, and every bound a strategy reports is at most `opt`; a strategy says "infeasible" only
+/// where `milp` does, and `lp-round` finds a plan wherever `milp` does.
+fn every_strategy_fits_and_loses_to(
+    g: &Graph,
+    budget: u64,
+    opt: Option<f64>,
+) -> Result<(), TestCaseError> {
+    let options = SolveOptions::default();
+    for &name in STRATEGY_NAMES {
+        let s = strategy_by_name(name).expect("registered");
+        match solve(g, s.as_ref(), budget, &options) {
+            Ok(sol) => {
+                let sim = simulate(g, sol.plan.as_ref().expect("a plan")).expect("valid");
+                prop_assert!(sim.peak_bytes <= budget, "{name} over budget");
+                let opt = opt.expect("a strategy fits, so milp must");
+                prop_assert!(
+                    opt <= sim.cost + 1e-9,
+                    "{name} costs {} < milp {opt}",
+                    sim.cost
+                );
+                if let Some(lb) = sol.lower_bound {
+                    prop_assert!(lb <= opt + 1e-9, "{name}'s bound {lb} > the optimum {opt}");
+                }
+            }
+            // A proof of infeasibility where milp has a plan would be wrong.
+            Err(Error::BudgetTooSmall { .. }) => {
+                prop_assert!(opt.is_none(), "{name} says infeasible, milp has a plan")
+            }
+            // lp-round must find a plan wherever milp does; a baseline may not.
+            Err(Error::NoPlanFound { .. }) => prop_assert!(
+                opt.is_none() || name != "lp-round",
+                "lp-round found no plan, milp did"
+            ),
+            Err(Error::NotApplicable { .. }) => {}
+            Err(e) => return Err(TestCaseError::fail(format!("{name}: {e}"))),
+        }
+    }
+    Ok(())
 }
 
 fn milp_cost(g: &Graph, budget: u64, options: &SolveOptions) -> Option<f64> {
@@ -245,24 +330,64 @@ proptest! {
             let lb = lp_lower_bound(&g, budget, &options).expect("LP runs");
             prop_assert!(lb.is_some_and(|lb| lb <= opt + 1e-6), "LP {lb:?} > MILP {opt}");
         }
-        for &name in STRATEGY_NAMES {
-            let s = strategy_by_name(name).expect("registered");
-            match solve(&g, s.as_ref(), budget, &options) {
-                Ok(sol) => {
-                    let (cost, peak) = (sol.cost().expect("a plan"), sol.peak_bytes().expect("a plan"));
-                    prop_assert!(peak <= budget);
-                    let opt = opt.expect("a strategy fits, so milp must");
-                    prop_assert!(opt <= cost + 1e-9, "{name} costs {cost} < milp {opt}");
-                }
-                // A proof of infeasibility where milp has a plan would be wrong.
-                Err(Error::BudgetTooSmall { .. }) => prop_assert!(opt.is_none(), "{name} says infeasible, milp has a plan"),
-                // lp-round must find a plan wherever milp does; a baseline may not.
-                Err(Error::NoPlanFound { .. }) => prop_assert!(opt.is_none() || name != "lp-round", "lp-round found no plan, milp did"),
-                Err(Error::NotApplicable { .. }) => {}
-                Err(e) => return Err(TestCaseError::fail(format!("{name}: {e}"))),
+        every_strategy_fits_and_loses_to(&g, budget, opt)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// With implementation alternatives `milp` chooses per computation: the exhaustive optimum
+    /// in both formulations, and no strategy (which plan on the leanest view and then get the
+    /// cheapest kernels that fit) is cheaper.
+    #[test]
+    fn milp_chooses_implementations_optimally((g, frac) in dag_with_alternatives()) {
+        let budget = budget_of(&g, frac);
+        let truth = exhaustive(&g, budget);
+        for formulation in [Formulation::Fast, Formulation::Paper] {
+            let options = SolveOptions { formulation, ..SolveOptions::default() };
+            match (milp_cost(&g, budget, &options), truth) {
+                (Some(a), Some(b)) => prop_assert!((a - b).abs() < 1e-9,
+                    "{formulation:?}: milp {a}, exhaustive {b}"),
+                (None, None) => {}
+                other => prop_assert!(false, "{formulation:?}: milp/exhaustive {other:?}"),
             }
         }
+        every_strategy_fits_and_loses_to(&g, budget, truth)?;
     }
+}
+
+/// A node whose default needs more workspace than the budget leaves: the leaner alternative
+/// makes the budget feasible, and with room the faster one is chosen.
+#[test]
+fn alternatives_decide_feasibility_and_cost() {
+    let chain = |alts: Vec<(u32, u64)>| {
+        let alts = [vec![], alts, vec![]];
+        random_dag(
+            3,
+            &[true, false, true],
+            &[10, 10, 10],
+            &[4, 4, 4],
+            &[0, 30, 0],
+            &alts,
+        )
+    };
+    let g = chain(vec![(6, 0), (2, 60)]);
+    let milp = strategy_by_name("milp").unwrap();
+    let options = SolveOptions::default();
+    // The default (30 bytes of workspace beside 20 live) does not fit in 25: the lean one does.
+    let sol = solve(&g, milp.as_ref(), 25, &options).expect("feasible with the lean one");
+    assert_eq!(sol.cost(), Some(4.0 + 6.0 + 4.0));
+    // With 80 bytes the fast one fits.
+    let sol = solve(&g, milp.as_ref(), 80, &options).unwrap();
+    assert_eq!(sol.cost(), Some(4.0 + 2.0 + 4.0));
+    assert_eq!(sol.plan.unwrap().implementation(1), 2);
+    // Without alternatives 25 bytes are too few.
+    let plain = chain(vec![]);
+    assert!(matches!(
+        solve(&plain, milp.as_ref(), 25, &options),
+        Err(Error::BudgetTooSmall { .. })
+    ));
 }
 
 /// On the smallest graphs of the generated families (forward graphs of chains, U-Nets, residual
