@@ -70,8 +70,31 @@ const MODELS: &[(&str, &[&str])] = &[
     ),
 ];
 
-fn args_of(flags: &[&str], more: &[&str]) -> Vec<String> {
-    flags.iter().chain(more).map(|s| s.to_string()).collect()
+/// `checkmate COMMAND FLAGS --granularity op MORE --json`.
+fn op_level(bin: &Path, command: &str, flags: &[&str], more: &[&str]) -> Result<Value, String> {
+    let args: Vec<String> = [command]
+        .iter()
+        .chain(flags)
+        .chain(&["--granularity", "op"])
+        .chain(more)
+        .chain(&["--json"])
+        .map(|s| s.to_string())
+        .collect();
+    checkmate(bin, &args)
+}
+
+/// What `solve` and `train` share: `milp` on the graph with the costs at `costs`, at `budget`.
+fn milp_at<'a>(costs: &'a str, budget: &'a str) -> [&'a str; 8] {
+    [
+        "--costs",
+        costs,
+        "--strategy",
+        "milp",
+        "--time-limit",
+        MILP_LIMIT,
+        "--budget",
+        budget,
+    ]
 }
 
 /// Computes of the plan file at `path` that name a non-default implementation.
@@ -117,22 +140,11 @@ pub fn run(args: &[String]) -> Result<()> {
         let model = flags[1];
         let with = dir.join(format!("{model}.json"));
         let without = dir.join(format!("{model}-default.json"));
-        let profiled = checkmate(
+        let profiled = op_level(
             &bin,
-            &[
-                vec!["profile".to_string()],
-                args_of(
-                    flags,
-                    &[
-                        "--granularity",
-                        "op",
-                        "--output",
-                        &with.display().to_string(),
-                        "--json",
-                    ],
-                ),
-            ]
-            .concat(),
+            "profile",
+            flags,
+            &["--output", &with.display().to_string()],
         );
         if let Err(e) = profiled {
             writeln!(kernels, "| {label} | {e} | | | |")?;
@@ -174,31 +186,10 @@ pub fn run(args: &[String]) -> Result<()> {
                     budget.trim_end_matches('%'),
                     if costs == &with { "alt" } else { "default" }
                 ));
-                let r = checkmate(
-                    &bin,
-                    &[
-                        vec!["solve".to_string()],
-                        args_of(
-                            flags,
-                            &[
-                                "--granularity",
-                                "op",
-                                "--costs",
-                                &costs.display().to_string(),
-                                "--strategy",
-                                "milp",
-                                "--budget",
-                                budget,
-                                "--time-limit",
-                                MILP_LIMIT,
-                                "--plan-out",
-                                &plan.display().to_string(),
-                                "--json",
-                            ],
-                        ),
-                    ]
-                    .concat(),
-                );
+                let costs = costs.display().to_string();
+                let plan_out = plan.display().to_string();
+                let more = [&milp_at(&costs, budget)[..], &["--plan-out", &plan_out]].concat();
+                let r = op_level(&bin, "solve", flags, &more);
                 cells.push(match r {
                     Ok(v) => (
                         v["cost"].as_f64(),
@@ -226,33 +217,13 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         let mut runs = Vec::new();
         for costs in [&without, &with] {
-            runs.push(checkmate(
-                &bin,
-                &[
-                    vec!["train".to_string()],
-                    args_of(
-                        flags,
-                        &[
-                            "--granularity",
-                            "op",
-                            "--costs",
-                            &costs.display().to_string(),
-                            "--strategy",
-                            "milp",
-                            "--time-limit",
-                            MILP_LIMIT,
-                            "--budget",
-                            TRAINED,
-                            "--steps",
-                            "5",
-                            "--baseline-steps",
-                            "2",
-                            "--json",
-                        ],
-                    ),
-                ]
-                .concat(),
-            ));
+            let costs = costs.display().to_string();
+            let more = [
+                &milp_at(&costs, TRAINED)[..],
+                &["--steps", "5", "--baseline-steps", "2"],
+            ]
+            .concat();
+            runs.push(op_level(&bin, "train", flags, &more));
         }
         let cell = |r: &Result<Value, String>| match r {
             Ok(v) => format!(

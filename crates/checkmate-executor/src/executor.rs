@@ -88,9 +88,6 @@ pub struct Executor {
     meter: Meter,
     seed: u64,
     steps_run: u64,
-    /// The chunk bound of the CPU convolution for the node being computed: its implementation's
-    /// (`checkmate_models::conv_chunk_bytes_of`).
-    conv_chunk: usize,
 }
 
 impl Executor {
@@ -122,7 +119,6 @@ impl Executor {
             heap_limit: self.heap_limit,
             meter: self.meter.clone(),
             seed: self.seed,
-            conv_chunk: self.conv_chunk,
             steps_run: self.steps_run,
         })
     }
@@ -195,7 +191,6 @@ impl Executor {
             meter: Meter::for_device(device)?,
             seed,
             steps_run: 0,
-            conv_chunk: checkmate_models::CONV_CHUNK_BYTES,
         })
     }
 
@@ -423,9 +418,15 @@ impl Executor {
             let started = Instant::now();
             match s {
                 Step::Compute(v) => {
-                    self.conv_chunk = conv_chunks[step];
-                    let outs =
-                        self.compute(v, step, &regs, batch, &mut grads_done, &mut running)?;
+                    let outs = self.compute(
+                        v,
+                        step,
+                        conv_chunks[step],
+                        &regs,
+                        batch,
+                        &mut grads_done,
+                        &mut running,
+                    )?;
                     let mut taken: HashSet<usize> = static_keys.clone();
                     taken.extend(held.keys().copied());
                     let mut kept = Vec::with_capacity(outs.len());
@@ -586,10 +587,14 @@ impl Executor {
         }
     }
 
+    /// Runs node `v` at plan step `step`; `conv_chunk` is the chunk bound of a convolution's CPU
+    /// kernel, its implementation's (`checkmate_models::conv_chunk_bytes_of`).
+    #[allow(clippy::too_many_arguments)]
     fn compute(
         &mut self,
         v: usize,
         step: usize,
+        conv_chunk: usize,
         regs: &[Option<Vec<Tensor>>],
         batch: &Batch,
         grads_done: &mut [bool],
@@ -603,7 +608,7 @@ impl Executor {
                 for &t in &layer.inputs {
                     xs.push(self.tensor(t, regs, batch, step, v)?);
                 }
-                let (y, stats) = self.forward(l, &xs)?;
+                let (y, stats) = self.forward(l, &xs, conv_chunk)?;
                 if running[l].is_none() {
                     running[l] = stats;
                 }
@@ -622,11 +627,18 @@ impl Executor {
                     Some(_) => Part::Inputs,
                     None => Part::Whole,
                 };
-                self.backward(l, v, part, step, regs, batch, grads_done)
+                self.backward(l, v, part, step, conv_chunk, regs, batch, grads_done)
             }
-            NodeRole::WeightGrad(l) => {
-                self.backward(l, v, Part::Params, step, regs, batch, grads_done)
-            }
+            NodeRole::WeightGrad(l) => self.backward(
+                l,
+                v,
+                Part::Params,
+                step,
+                conv_chunk,
+                regs,
+                batch,
+                grads_done,
+            ),
             NodeRole::Saved(l, kind) => {
                 let layer = self.net.layer(l);
                 let out = match (kind, &layer.op) {
@@ -650,7 +662,12 @@ impl Executor {
     }
 
     /// Layer `l`'s output, and for batch norm the running statistics after this step.
-    fn forward(&self, l: usize, xs: &[&Tensor]) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
+    fn forward(
+        &self,
+        l: usize,
+        xs: &[&Tensor],
+        conv_chunk: usize,
+    ) -> Result<(Tensor, Option<(Tensor, Tensor)>)> {
         let layer = self.net.layer(l);
         let ps = &self.params[l];
         let ctx = || layer.name.clone();
@@ -688,15 +705,10 @@ impl Executor {
                 let z = k::dense_forward(x, &ps[0], ps.get(1)).ctx(ctx)?;
                 k::activation_forward(&z, d.activation, rank - 1).ctx(ctx)?
             }
-            Op::Conv2d(c) => k::conv2d_forward_act_chunked(
-                x,
-                &ps[0],
-                ps.get(1),
-                c,
-                c.activation,
-                self.conv_chunk,
-            )
-            .ctx(ctx)?,
+            Op::Conv2d(c) => {
+                k::conv2d_forward_act_chunked(x, &ps[0], ps.get(1), c, c.activation, conv_chunk)
+                    .ctx(ctx)?
+            }
             Op::Activation(a) => k::activation_forward(x, *a, 1).ctx(ctx)?,
             Op::Flatten | Op::Reshape { .. } => x.reshape(layer.output.shape.dims()).ctx(ctx)?,
             Op::MaxPool2d(p) => k::max_pool2d_forward(x, p).ctx(ctx)?,
@@ -742,6 +754,7 @@ impl Executor {
         v: usize,
         part: Part,
         step: usize,
+        conv_chunk: usize,
         regs: &[Option<Vec<Tensor>>],
         batch: &Batch,
         grads_done: &mut [bool],
@@ -921,7 +934,7 @@ impl Executor {
                         c,
                         need(0),
                         first_time,
-                        self.conv_chunk,
+                        conv_chunk,
                     ),
                 }
                 .ctx(ctx)?;

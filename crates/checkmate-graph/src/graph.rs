@@ -173,6 +173,20 @@ impl Node {
             .fold(self.cost, f64::min)
     }
 
+    /// The cheapest implementation whose workspace `fits` (ties: the smaller workspace), else
+    /// the [leanest](Node::leanest_implementation): the choice for one compute, given what else
+    /// is live then.
+    pub fn cheapest_implementation(&self, fits: impl Fn(u64) -> bool) -> usize {
+        (0..self.implementation_count())
+            .filter(|&i| fits(self.workspace_with(i)))
+            .min_by(|&a, &b| {
+                self.cost_with(a)
+                    .total_cmp(&self.cost_with(b))
+                    .then(self.workspace_with(a).cmp(&self.workspace_with(b)))
+            })
+            .unwrap_or_else(|| self.leanest_implementation())
+    }
+
     /// The implementation a memory-first planner uses: least workspace, then least cost.
     pub fn leanest_implementation(&self) -> usize {
         (0..self.implementation_count())

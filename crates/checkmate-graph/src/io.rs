@@ -263,8 +263,8 @@ fn parse_native(top: &Fields) -> Result<Graph> {
             })?);
         }
         let mut alternatives = Vec::new();
-        if let Some(Value::Array(alts)) = f.obj.get("alternatives") {
-            for (j, a) in alts.iter().enumerate() {
+        if !matches!(f.obj.get("alternatives"), None | Some(Value::Null)) {
+            for (j, a) in f.array("alternatives")?.iter().enumerate() {
                 let af = Fields::of(a, format!("{} alternatives[{j}]", f.location))?;
                 alternatives.push(Implementation {
                     name: af.str("name")?.to_string(),
@@ -272,8 +272,6 @@ fn parse_native(top: &Fields) -> Result<Graph> {
                     workspace_bytes: af.opt_u64("workspace_bytes")?.unwrap_or(0),
                 });
             }
-        } else if !matches!(f.obj.get("alternatives"), None | Some(Value::Null)) {
-            let _ = f.array("alternatives")?;
         }
         specs.push(NodeSpec {
             id,

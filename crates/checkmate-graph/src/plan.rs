@@ -126,7 +126,7 @@ impl PlanFile {
                 Step::Free(v) => ("free", v),
             };
             let imp = self.plan.implementation(k);
-            if imp == 0 || v >= graph.len() || imp >= graph.node(v).implementation_count() {
+            if imp == 0 || imp >= graph.node(v).implementation_count() {
                 out.push_str(&format!("{sep}    {{\"{verb}\": {}}}", graph.node(v).id));
             } else {
                 out.push_str(&format!(

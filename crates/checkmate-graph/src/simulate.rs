@@ -162,15 +162,9 @@ pub fn choose_implementations(graph: &Graph, plan: &Plan, limit: Option<u64>) ->
     });
     let mut implementations = vec![0u16; plan.steps.len()];
     live_after_compute(&mut |k, v, mem| {
-        let node = graph.node(v);
-        let fits = (0..node.implementation_count())
-            .filter(|&i| mem + node.workspace_with(i) <= limit)
-            .min_by(|&a, &b| {
-                node.cost_with(a)
-                    .total_cmp(&node.cost_with(b))
-                    .then(node.workspace_with(a).cmp(&node.workspace_with(b)))
-            });
-        implementations[k] = fits.unwrap_or_else(|| node.leanest_implementation()) as u16;
+        implementations[k] = graph
+            .node(v)
+            .cheapest_implementation(|ws| mem + ws <= limit) as u16;
     });
     let mut out = Plan::new(plan.steps.clone());
     if implementations.iter().any(|&i| i != 0) {

@@ -506,11 +506,18 @@ pub fn planning_view<'g>(
     if !graph.has_alternatives() || strategy.chooses_implementations() {
         return (Cow::Borrowed(graph), options.clone());
     }
+    let (lean, options) = leanest_view(graph, options);
+    (Cow::Owned(lean), options)
+}
+
+/// [`Graph::leanest`] and `options` with its incumbents reduced to their steps (their
+/// implementations are `graph`'s).
+pub(crate) fn leanest_view(graph: &Graph, options: &SolveOptions) -> (Graph, SolveOptions) {
     let mut options = options.clone();
     for p in &mut options.incumbents {
         p.implementations.clear();
     }
-    (Cow::Owned(graph.leanest()), options)
+    (graph.leanest(), options)
 }
 
 /// The cheapest of `plans` whose simulated peak is within `budget_bytes`, with its simulation

@@ -77,7 +77,7 @@ fn peak_step(graph: &Graph, cur: &Judged) -> Option<usize> {
 /// that the peak stage recomputes from its previous compute instead, and takes the cheapest move
 /// that fits, else the one that removes the most excess memory per unit of extra cost.
 pub(crate) fn repair(graph: &Graph, cur: Judged, budget: u64, deadline: Instant) -> Option<Judged> {
-    let (j, fits) = descend(graph, cur, budget, deadline);
+    let (j, fits) = descend(graph, cur, budget, deadline, false);
     fits.then_some(j)
 }
 
@@ -86,26 +86,30 @@ pub(crate) fn repair(graph: &Graph, cur: Judged, budget: u64, deadline: Instant)
 /// deadline passes. Moves are judged by all the excess above `budget`, so aiming far below the
 /// peak lowers every high moment together.
 pub(crate) fn lower_toward(graph: &Graph, cur: Judged, budget: u64, deadline: Instant) -> Judged {
-    descend(graph, cur, budget, deadline).0
+    descend(graph, cur, budget, deadline, true).0
 }
 
-/// The repair loop: a plan within `budget` and `true`, or the least-peak schedule met and
-/// `false`.
-fn descend(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant) -> (Judged, bool) {
+/// The repair loop: a plan within `budget` and `true`, or else `false` with the schedule it
+/// stopped at, or with `keep_lowest` the first of least peak met on the way (the schedules left
+/// behind are moved aside, not copied; `repair` drops them).
+fn descend(
+    graph: &Graph,
+    mut cur: Judged,
+    budget: u64,
+    deadline: Instant,
+    keep_lowest: bool,
+) -> (Judged, bool) {
     let mut lowest: Option<Judged> = None;
+    let stuck = |cur: Judged, lowest: Option<Judged>| match lowest {
+        Some(l) if l.peak <= cur.peak => (l, false),
+        _ => (cur, false),
+    };
     while cur.peak > budget {
-        if lowest.as_ref().map_or(true, |l| cur.peak < l.peak) {
-            lowest = Some(cur.clone());
-        }
-        let lowest_or = |cur: Judged, lowest: Option<Judged>| match lowest {
-            Some(l) if l.peak <= cur.peak => l,
-            _ => cur,
-        };
         if Instant::now() >= deadline {
-            return (lowest_or(cur, lowest), false);
+            return stuck(cur, lowest);
         }
         let Some(step) = peak_step(graph, &cur) else {
-            return (lowest_or(cur, lowest), false);
+            return stuck(cur, lowest);
         };
         let (t, live) = peak_context(graph, &cur, step);
         let mut moves: Vec<(usize, usize, usize)> = Vec::new();
@@ -159,11 +163,15 @@ fn descend(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant) -> (J
                 best_ratio = Some((ratio, j));
             }
         }
-        cur = match (best_fit, best_ratio) {
+        let next = match (best_fit, best_ratio) {
             (Some(f), _) => f,
             (None, Some((_, j))) => j,
-            (None, None) => return (lowest_or(cur, lowest), false),
+            (None, None) => return stuck(cur, lowest),
         };
+        if keep_lowest && lowest.as_ref().map_or(true, |l| cur.peak < l.peak) {
+            lowest = Some(cur);
+        }
+        cur = next;
     }
     (cur, true)
 }

@@ -463,11 +463,8 @@ pub(crate) fn least_feasible_with_plan(
     if graph.has_alternatives() {
         // Each node's leanest implementation never raises a peak: the least peak is the
         // leanest view's, and its plan keeps it with the cheapest implementations that fit.
-        let mut options = options.clone();
-        for p in &mut options.incumbents {
-            p.implementations.clear();
-        }
-        let (lf, plan) = least_feasible_with_plan(&graph.leanest(), &options)?;
+        let (lean, options) = crate::strategy::leanest_view(graph, options);
+        let (lf, plan) = least_feasible_with_plan(&lean, &options)?;
         let plan = checkmate_graph::choose_implementations(graph, &plan, Some(lf.bytes));
         return Ok((lf, plan));
     }

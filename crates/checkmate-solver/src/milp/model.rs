@@ -501,23 +501,23 @@ impl Model {
                 // cost and workspace as a difference to the default's.
                 let node = graph.node(k);
                 let mut alt_ws = Vec::new();
-                if (0..node.alternatives.len()).any(|a| node.alternative_matters(a)) {
-                    let mut one_of = Expr::default();
-                    one_of.add(rk, -1.0);
-                    for a in 1..node.implementation_count() {
-                        if !node.alternative_matters(a - 1) {
-                            continue; // slower and larger than the default: never chosen
-                        }
-                        let c = m.add_col(
-                            ColKind::Impl(t as u32, k as u32, a as u16),
-                            obj_r * (node.cost_with(a) - node.cost) / cost_scale,
-                            0.0,
-                            1.0,
-                            integer,
-                        );
-                        one_of.add(Var::Col(c), 1.0);
-                        alt_ws.push((c, (node.workspace_with(a) as f64 / scale) - ws[k]));
+                let mut one_of = Expr::default();
+                one_of.add(rk, -1.0);
+                for a in 1..node.implementation_count() {
+                    if !node.alternative_matters(a - 1) {
+                        continue; // slower and larger than the default: never chosen
                     }
+                    let c = m.add_col(
+                        ColKind::Impl(t as u32, k as u32, a as u16),
+                        obj_r * (node.cost_with(a) - node.cost) / cost_scale,
+                        0.0,
+                        1.0,
+                        integer,
+                    );
+                    one_of.add(Var::Col(c), 1.0);
+                    alt_ws.push((c, (node.workspace_with(a) as f64 / scale) - ws[k]));
+                }
+                if !alt_ws.is_empty() {
                     m.add_row(one_of, f64::NEG_INFINITY, 0.0);
                 }
                 if ws[k] > 0.0 || peak.is_some() || !alt_ws.is_empty() {

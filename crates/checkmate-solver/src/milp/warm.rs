@@ -168,26 +168,15 @@ pub(crate) fn warm_vector(graph: &Graph, model: &Model, schedule: &Schedule) -> 
     }
     let mem = |i: usize| graph.node(i).bytes as f64 / model.scale;
     let ws_of = |i: usize, a: usize| graph.node(i).workspace_with(a) as f64 / model.scale;
-    // The implementation of each compute: the cheapest that fits the budget beside what is live
-    // (the rule of `choose_implementations`), else the leanest.
+    // The implementation of each compute: the rule of `choose_implementations` on the model's
+    // memory count (the leanest in the min-peak model).
     let fits = |b: f64, need: f64| need <= b * (1.0 + 1e-9) + 1e-9;
     let choose = |k: usize, cur: f64| -> usize {
-        let node = graph.node(k);
-        if node.alternatives.is_empty() {
-            return 0;
-        }
-        let lean = node.leanest_implementation();
-        let Some(b) = model.budget_units else {
-            return lean;
-        };
-        (0..node.implementation_count())
-            .filter(|&a| fits(b, cur + ws_of(k, a)))
-            .min_by(|&a, &c| {
-                node.cost_with(a)
-                    .total_cmp(&node.cost_with(c))
-                    .then(node.workspace_with(a).cmp(&node.workspace_with(c)))
-            })
-            .unwrap_or(lean)
+        graph.node(k).cheapest_implementation(|ws| {
+            model
+                .budget_units
+                .is_some_and(|b| fits(b, cur + ws as f64 / model.scale))
+        })
     };
     let mut chosen: std::collections::HashMap<(usize, usize), usize> = Default::default();
     // FREE's logical value: i dies right after k in stage t.
