@@ -6,8 +6,8 @@ use std::time::Instant;
 use candle_core::{DType, Device, Tensor};
 use checkmate_graph::{simulate, Graph, Plan, Step};
 use checkmate_models::{
-    Activation, GradSource, Network, NodeRole, Op, SavedKind, TensorRef, TrainingConfig,
-    TrainingGraph,
+    Activation, BackwardNode, GradSource, Network, NodeRole, Op, SavedKind, TensorRef,
+    TrainingConfig, TrainingGraph,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -629,6 +629,9 @@ impl Executor {
                 };
                 self.backward(l, v, part, step, conv_chunk, regs, batch, grads_done)
             }
+            NodeRole::InputGrad(l, slot) => {
+                Ok(vec![self.concat_input_grad(l, slot, v, step, regs)?])
+            }
             NodeRole::WeightGrad(l) => self.backward(
                 l,
                 v,
@@ -659,6 +662,80 @@ impl Executor {
                 Ok(vec![out])
             }
         }
+    }
+
+    /// The contributions to the gradient of `bn`'s layer output, in the graph's order, and
+    /// whether the loss adds one.
+    fn upstream(
+        &self,
+        bn: &BackwardNode,
+        regs: &[Option<Vec<Tensor>>],
+        step: usize,
+        v: usize,
+    ) -> Result<(Vec<Tensor>, bool)> {
+        let mut parts = Vec::new();
+        let mut from_loss = false;
+        for u in &bn.upstream {
+            match *u {
+                GradSource::Loss => from_loss = true,
+                GradSource::Layer { layer: c, slot } => {
+                    let cb = self.tg.backward[c]
+                        .as_ref()
+                        .ok_or_else(|| self.unsupported(c, "consumer without backward node"))?;
+                    let shared = self.net.layer(c).op.shares_input_gradient();
+                    let (node, index) = cb.input_grad(slot, shared);
+                    parts.push(self.reg(regs, node, index, step, v)?.clone());
+                }
+            }
+        }
+        Ok((parts, from_loss))
+    }
+
+    /// Operator level: the gradient of input `slot` of concatenation `l` alone, the slice of
+    /// each upstream contribution summed in order (elementwise the same sums as the whole
+    /// gradient's, so the same bits; at most two slice-sized temporaries).
+    fn concat_input_grad(
+        &self,
+        l: usize,
+        slot: usize,
+        v: usize,
+        step: usize,
+        regs: &[Option<Vec<Tensor>>],
+    ) -> Result<Tensor> {
+        let layer = self.net.layer(l);
+        let Op::Concat { axis } = layer.op else {
+            return Err(self.unsupported(
+                l,
+                "an input-gradient node of a layer that does not concatenate",
+            ));
+        };
+        let Some(bn) = self.tg.backward[l].as_ref() else {
+            return Err(
+                self.unsupported(l, "role says backward but the layer has no backward node")
+            );
+        };
+        let label = || self.tg.graph.label(v);
+        let start: usize = layer.input_types[..slot]
+            .iter()
+            .map(|t| t.shape.dim(axis))
+            .sum();
+        let len = layer.input_types[slot].shape.dim(axis);
+        let (parts, from_loss) = self.upstream(bn, regs, step, v)?;
+        if from_loss {
+            return Err(self.unsupported(l, "a split concatenation the loss reads"));
+        }
+        let mut acc: Option<Tensor> = None;
+        for g in &parts {
+            let s = g
+                .narrow(axis, start, len)
+                .and_then(|t| t.force_contiguous())
+                .ctx(label)?;
+            acc = Some(match acc {
+                None => s,
+                Some(a) => a.add(&s).ctx(label)?,
+            });
+        }
+        acc.ok_or_else(|| self.unsupported(l, "backward node without upstream gradient"))
     }
 
     /// Layer `l`'s output, and for batch norm the running statistics after this step.
@@ -793,24 +870,7 @@ impl Executor {
             None => None,
         };
         // Upstream gradient of the output, summed in the graph's fixed order.
-        let mut parts = Vec::new();
-        let mut from_loss = false;
-        for u in &bn.upstream {
-            match *u {
-                GradSource::Loss => from_loss = true,
-                GradSource::Layer { layer: c, slot } => {
-                    let cb = self.tg.backward[c]
-                        .as_ref()
-                        .ok_or_else(|| self.unsupported(c, "consumer without backward node"))?;
-                    let index = if self.net.layer(c).op.shares_input_gradient() {
-                        0
-                    } else {
-                        cb.input_grads[..slot].iter().filter(|&&g| g).count()
-                    };
-                    parts.push(self.reg(regs, cb.node, index, step, v)?.clone());
-                }
-            }
-        }
+        let (parts, from_loss) = self.upstream(&bn, regs, step, v)?;
         let g_out = if parts.is_empty() {
             None
         } else {

@@ -92,6 +92,33 @@ fn pooled_cnn() -> Network {
     b.finish(d, 1).unwrap()
 }
 
+/// A concatenation of two convolutions read by two more (whose gradients sum in each input's
+/// slice), large enough that a slice's temporaries exceed the heap check's 1 MiB slack.
+fn concat_cnn() -> Network {
+    let mut b = NetworkBuilder::new("concat", Shape::new([2, 3, 96, 96]));
+    let c1 = b
+        .layer(
+            "conv1",
+            Op::Conv2d(Conv2d::new(16, 3).same().relu()),
+            b.input(),
+        )
+        .unwrap();
+    let c2 = b
+        .layer("conv2", Op::Conv2d(Conv2d::new(24, 3).same().relu()), c1)
+        .unwrap();
+    let cat = b.add("cat", Op::Concat { axis: 1 }, &[c1, c2]).unwrap();
+    let l = b
+        .layer("left", Op::Conv2d(Conv2d::new(2, 3).same()), cat)
+        .unwrap();
+    let r = b
+        .layer("right", Op::Conv2d(Conv2d::new(2, 1)), cat)
+        .unwrap();
+    let s = b.add("sum", Op::Add, &[l, r]).unwrap();
+    let f = b.layer("flatten", Op::Flatten, s).unwrap();
+    let d = b.layer("logits", Op::Dense(Dense::new(3)), f).unwrap();
+    b.finish(d, 1).unwrap()
+}
+
 fn zoo(model: &str, batch: usize, image: usize) -> Network {
     let mut c = ModelConfig::new(batch).with_classes(10);
     c.image_size = Some(ImageSize::square(image));
@@ -168,6 +195,20 @@ fn op_graphs_have_masks_indices_and_split_gradients() {
     }
     // The same work: the split costs no more than the whole (masks and indices are extra).
     assert!(tg.graph.total_cost() >= layer.graph.total_cost());
+    // A concatenation read by two layers: one node per input gradient, each summing its slice
+    // of the two upstream gradients (two slice-sized temporaries, which the heap test checks).
+    let tg = concat_cnn()
+        .training_graph(&config(Granularity::Op))
+        .unwrap();
+    let slices: Vec<usize> = (0..tg.graph.len())
+        .filter(|&i| matches!(tg.role(i), NodeRole::InputGrad(..)))
+        .collect();
+    assert_eq!(slices.len(), 2);
+    for i in slices {
+        let n = tg.graph.node(i);
+        assert_eq!(n.workspace_bytes, 2 * n.bytes, "{}", n.name);
+        assert!(n.bytes > 1 << 20, "{}", n.name);
+    }
 }
 
 #[test]
@@ -186,6 +227,7 @@ fn op_graphs_train_bitwise_like_layer_graphs() {
     let nets = [
         pooled,
         small_cnn(),
+        concat_cnn(),
         zoo("vgg16", 2, 32),
         zoo("resnet50", 2, 32),
         zoo("mobilenet", 2, 32),
@@ -210,6 +252,7 @@ fn op_level_plans_that_recompute_train_bitwise_identically() {
     for net in [
         small_cnn(),
         pooled_cnn(),
+        concat_cnn(),
         zoo("vgg16", 2, 32),
         zoo("resnet50", 1, 32),
     ] {
@@ -299,6 +342,7 @@ fn every_op_node_allocates_what_it_models() {
     for net in [
         small_cnn(),
         pooled_cnn(),
+        concat_cnn(),
         zoo("vgg16", 4, 32),
         zoo("resnet50", 2, 32),
         zoo("mobilenet", 2, 32),

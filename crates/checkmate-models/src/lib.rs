@@ -43,7 +43,9 @@
 //!         NodeRole::Forward(l) => assert_eq!(node.name, net.layer(l).name),
 //!         NodeRole::Loss => assert_eq!(i, tg.loss_node),
 //!         NodeRole::Backward(l) => assert_eq!(tg.backward[l].as_ref().unwrap().node, i),
-//!         NodeRole::Saved(..) | NodeRole::WeightGrad(_) => unreachable!("operator level only"),
+//!         NodeRole::Saved(..) | NodeRole::WeightGrad(_) | NodeRole::InputGrad(..) => {
+//!             unreachable!("operator level only")
+//!         }
 //!     }
 //! }
 //! # Ok::<(), checkmate_models::Error>(())

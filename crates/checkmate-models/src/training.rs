@@ -119,6 +119,9 @@ pub enum NodeRole {
     Saved(LayerId, SavedKind),
     /// Operator level: a layer's parameter gradients, apart from its input gradients.
     WeightGrad(LayerId),
+    /// Operator level: the gradient of one input (`.1`, the slot) of a concatenation, apart from
+    /// the others ([`BackwardNode::input_nodes`]).
+    InputGrad(LayerId, usize),
 }
 
 /// A contribution to the gradient of a layer's output.
@@ -164,6 +167,27 @@ pub struct BackwardNode {
     /// node, `upstream` is the pooling's, and the full-size gradient of this layer's output is
     /// never held. With the pooling's winners node ([`NodeRole::Saved`], read by this node).
     pub pooled: Option<(LayerId, NodeIdx)>,
+    /// Operator level, a concatenation: per input, the node writing only that input's gradient
+    /// (`None` where the input gets none), so that each gradient's reader holds its slice, not
+    /// the whole concatenated gradient; `node` is the first of them. Empty when `node` writes
+    /// every input gradient.
+    pub input_nodes: Vec<Option<NodeIdx>>,
+}
+
+impl BackwardNode {
+    /// Where the gradient of input `slot` lives: the node and the index among its outputs.
+    /// `shared` is [`Op::shares_input_gradient`] of the layer (one output serves every input).
+    pub fn input_grad(&self, slot: usize, shared: bool) -> (NodeIdx, usize) {
+        if let Some(Some(node)) = self.input_nodes.get(slot) {
+            return (*node, 0);
+        }
+        let index = if shared {
+            0
+        } else {
+            self.input_grads[..slot].iter().filter(|&&g| g).count()
+        };
+        (self.node, index)
+    }
 }
 
 /// Static memory of a training step, in bytes: never freed, not part of any plan.
@@ -339,6 +363,23 @@ impl Network {
                 }
             })
             .collect();
+        // A concatenation whose inputs' gradients go to different readers: one node per input
+        // gradient, each holding its slice only (not when the loss reads it: that gradient is
+        // formed from the prediction as a whole).
+        let split_inputs: Vec<bool> = (0..n_layers)
+            .map(|id| {
+                let l = &layers[id];
+                op_level
+                    && needs[id]
+                    && matches!(l.op, Op::Concat { .. })
+                    && id != loss.input
+                    && l.inputs
+                        .iter()
+                        .filter(|t| matches!(t, TensorRef::Layer(p) if needs[*p]))
+                        .count()
+                        >= 2
+            })
+            .collect();
         let mut fused_pool = vec![false; n_layers];
         for p in pooled.iter().flatten() {
             fused_pool[*p] = true;
@@ -358,11 +399,30 @@ impl Network {
         next += 1;
         let mut node_of = vec![usize::MAX; n_layers];
         let mut weight_node = vec![None; n_layers];
+        let mut input_nodes: Vec<Vec<Option<usize>>> = vec![Vec::new(); n_layers];
         for id in (0..n_layers).rev() {
             if needs[id] && !fused_pool[id] {
                 if split[id] {
                     weight_node[id] = Some(next);
                     next += 1;
+                }
+                if split_inputs[id] {
+                    for t in &layers[id].inputs {
+                        input_nodes[id].push(match t {
+                            TensorRef::Layer(p) if needs[*p] => {
+                                next += 1;
+                                Some(next - 1)
+                            }
+                            _ => None,
+                        });
+                    }
+                    node_of[id] = input_nodes[id]
+                        .iter()
+                        .flatten()
+                        .copied()
+                        .min()
+                        .unwrap_or(next);
+                    continue;
                 }
                 node_of[id] = next;
                 next += 1;
@@ -504,9 +564,12 @@ impl Network {
             }
             let mut upstream_deps: Vec<u64> = upstream
                 .iter()
-                .map(|u| match u {
+                .map(|u| match *u {
                     GradSource::Loss => loss_node as u64,
-                    GradSource::Layer { layer, .. } => node_of[*layer] as u64,
+                    GradSource::Layer { layer, slot } => match input_nodes[layer].get(slot) {
+                        Some(Some(node)) => *node as u64,
+                        _ => node_of[layer] as u64,
+                    },
                 })
                 .collect();
             if let Some((s, _)) = saved {
@@ -615,6 +678,40 @@ impl Network {
             } else {
                 Vec::new()
             };
+            if split_inputs[id] {
+                // One node per input gradient: the slice of each upstream gradient, summed in
+                // the graph's order (the same sums as the whole gradient's, so the same bits).
+                // Two slice-sized temporaries while summing several.
+                for (slot, node) in input_nodes[id].iter().enumerate() {
+                    let Some(node) = *node else { continue };
+                    let t = &l.input_types[slot];
+                    let slice_bytes = t.bytes();
+                    let sums = upstream.len().saturating_sub(1);
+                    specs[node] = Some(NodeSpec {
+                        alternatives: Vec::new(),
+                        id: node as u64,
+                        name: format!("{}_backward_{slot}", l.name),
+                        kind: NodeKind::Backward,
+                        cost: sums as f64 * t.shape.elements() as f64,
+                        bytes: slice_bytes,
+                        workspace_bytes: workspace(if sums > 0 { 2 * slice_bytes } else { 0 }),
+                        deps: deps.clone(),
+                    });
+                    roles[node] = Some(NodeRole::InputGrad(id, slot));
+                }
+                backward[id] = Some(BackwardNode {
+                    layer: id,
+                    node: node_of[id],
+                    input_grads,
+                    upstream,
+                    reads,
+                    saved,
+                    weight_node: None,
+                    pooled: None,
+                    input_nodes: input_nodes[id].clone(),
+                });
+                continue;
+            }
             specs[node_of[id]] = Some(NodeSpec {
                 alternatives,
                 id: node_of[id] as u64,
@@ -635,6 +732,7 @@ impl Network {
                 saved,
                 weight_node: weight_node[id],
                 pooled: pooled[id].and_then(|p| Some((p, saved_node[p]?))),
+                input_nodes: Vec::new(),
             });
         }
         let mut specs: Vec<NodeSpec> = specs.into_iter().flatten().collect();

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use checkmate_graph::{simulate, Graph, NodeKind, Plan, Step};
 use checkmate_models::{
     build_training_graph, model_by_name, CostTable, Costs, Error, GradSource, Granularity,
-    ModelConfig, NodeCost, NodeRole, Optimizer, SavedKind, TensorRef, TrainingConfig,
+    ImageSize, ModelConfig, NodeCost, NodeRole, Optimizer, SavedKind, TensorRef, TrainingConfig,
     TrainingGraph, MODEL_NAMES,
 };
 
@@ -97,7 +97,7 @@ fn invariants_hold_for_every_model() {
                         n.name
                     );
                 }
-                r @ (NodeRole::Saved(..) | NodeRole::WeightGrad(_)) => {
+                r @ (NodeRole::Saved(..) | NodeRole::WeightGrad(_) | NodeRole::InputGrad(..)) => {
                     panic!("{m}: {r:?} in a layer-level graph")
                 }
             }
@@ -475,6 +475,21 @@ fn op_level_invariants_hold_for_every_model() {
                 }
                 NodeRole::Loss => assert_eq!(i, t.loss_node),
                 NodeRole::Backward(l) => assert_eq!(t.backward_node(l), Some(i)),
+                NodeRole::InputGrad(l, slot) => {
+                    // A concatenation's input gradients: each node holds its input's slice and
+                    // is what that input's backward reads.
+                    let b = t.backward[l].as_ref().unwrap();
+                    assert_eq!(b.input_nodes[slot], Some(i));
+                    assert_eq!(b.input_grad(slot, false), (i, 0));
+                    let input = &net.layer(l).inputs[slot];
+                    let TensorRef::Layer(p) = *input else {
+                        panic!("{m}: {} is the gradient of the network input", n.name)
+                    };
+                    assert_eq!(n.bytes, net.layer(p).output.bytes(), "{m}: {}", n.name);
+                    if let Some(pb) = t.backward_node(p) {
+                        assert!(g.preds(pb).contains(&i), "{m}: {} not read", n.name);
+                    }
+                }
             }
         }
         assert_eq!(g.forward_nodes().count(), net.layers().len() + saved, "{m}");
@@ -587,4 +602,52 @@ fn a_cost_table_knows_the_granularity_it_was_measured_at() {
         let err = build_training_graph(name, &model, &other).unwrap_err();
         assert!(err.to_string().contains("--granularity"), "{err}");
     }
+}
+
+#[test]
+fn unet_op_level_concatenation_gradients_are_split() {
+    let op = TrainingConfig {
+        granularity: Granularity::Op,
+        ..TrainingConfig::default()
+    };
+    let c = ModelConfig::new(2).with_image_size(ImageSize::square(64));
+    let g = build_training_graph("unet", &c, &op).unwrap();
+    // The skip connection's gradient: only the block1_pool slice of the concatenation's
+    // gradient, which the convolution (expanding the pooling) reads instead of the whole.
+    assert!(g.nodes().iter().all(|n| n.name != "concatenate_2_backward"));
+    assert_eq!(
+        deps(&g, "concatenate_2_backward_0"),
+        set(&["zero_padding2d_3_backward"])
+    );
+    assert_eq!(
+        deps(&g, "concatenate_2_backward_1"),
+        set(&["zero_padding2d_3_backward"])
+    );
+    assert_eq!(
+        node(&g, "concatenate_2_backward_0").bytes,
+        node(&g, "up_sampling2d_2").bytes
+    );
+    assert_eq!(
+        node(&g, "concatenate_2_backward_1").bytes,
+        node(&g, "block1_pool").bytes
+    );
+    assert_eq!(
+        deps(&g, "up_sampling2d_2_backward"),
+        set(&["concatenate_2_backward_0"])
+    );
+    assert_eq!(
+        deps(&g, "block1_conv2_backward"),
+        set(&[
+            "block1_conv2_mask",
+            "block1_pool_indices",
+            "concatenate_2_backward_1",
+            "block2_conv1_backward"
+        ])
+    );
+    // At layer level the concatenation keeps one backward node.
+    let layer = build_training_graph("unet", &c, &TrainingConfig::default()).unwrap();
+    assert!(layer
+        .nodes()
+        .iter()
+        .any(|n| n.name == "concatenate_2_backward"));
 }
