@@ -65,10 +65,30 @@ fn main() {
         Command::MaxBatch(args) => max_batch_cmd::run(args),
         Command::Profile(args) => profile_cmd::run(args),
     };
-    if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        std::process::exit(exit_code(&e));
+    let code = match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            exit_code(&e)
+        }
+    };
+    exit(code);
+}
+
+/// Ends the process with `code`. While a MILP solve abandoned at its time limit still runs
+/// (`checkmate_solver::milp::abandoned_solves`), HiGHS's thread may use its static objects, which
+/// a normal exit destroys: then the output is flushed and the process ends at once.
+fn exit(code: i32) -> ! {
+    #[cfg(unix)]
+    if checkmate_solver::milp::abandoned_solves() > 0 {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: `_exit` ends the process without running destructors or atexit handlers;
+        // nothing of ours needs them after the flushes above.
+        unsafe { libc::_exit(code) }
     }
+    std::process::exit(code)
 }
 
 /// The exit status of a failed command: 2 when no plan can fit the budget (proven), 3 when the

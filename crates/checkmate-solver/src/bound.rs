@@ -172,9 +172,9 @@ fn cover_lp(
     if cmax <= 0.0 {
         return Ok(Some(0.0));
     }
-    let _guard = crate::milp::run::HIGHS_LOCK
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let Some(_guard) = crate::milp::run::highs_lock(deadline) else {
+        return Ok(None);
+    };
     let mut pb = RowProblem::default();
     let cols: Vec<Option<highs::Col>> = segments
         .iter()

@@ -78,9 +78,7 @@ pub fn solve(
             chosen[i] = true;
         }
     } else {
-        let _guard = crate::milp::run::HIGHS_LOCK
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _guard = crate::milp::run::highs_lock(None);
         // Scaled so that HiGHS sees values and weights of order one.
         let vmax = rest.iter().map(|&i| values[i]).fold(0.0, f64::max);
         let mut pb = RowProblem::default();

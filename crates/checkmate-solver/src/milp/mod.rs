@@ -13,6 +13,7 @@
 pub(crate) mod model;
 pub use model::{ModelSize, HIGHS_BYTES_PER_MODEL_BYTE};
 pub(crate) mod run;
+pub use run::abandoned_solves;
 pub(crate) mod warm;
 
 use std::time::{Duration, Instant};
