@@ -871,8 +871,24 @@ impl Executor {
         };
         // Upstream gradient of the output, summed in the graph's fixed order.
         let (parts, from_loss) = self.upstream(&bn, regs, step, v)?;
+        // Operator level: several upstream gradients of an activation applied through its mask
+        // (not inside a convolution's kernel) are summed and masked in one pass, without the
+        // summed temporary (`TrainingGraph` models none).
+        let sum_masked = match saved_mask {
+            Some(m)
+                if parts.len() > 1
+                    && !from_loss
+                    && !(matches!(layer.op, Op::Conv2d(_))
+                        && layer.op.activation() == Activation::Relu) =>
+            {
+                Some(m)
+            }
+            _ => None,
+        };
         let g_out = if parts.is_empty() {
             None
+        } else if let Some(m) = sum_masked {
+            Some(crate::saved_cpu::mask_backward_sum(&parts, m).ctx(ctx)?)
         } else {
             Some(k::sum_in_order(&parts).ctx(ctx)?)
         };
@@ -917,7 +933,11 @@ impl Executor {
             _ => None,
         };
         let g_pre = match (g_out, saved_mask) {
-            (Some(g), _) if act == Activation::Linear || relu_mask.is_some() => Some(g),
+            (Some(g), _)
+                if act == Activation::Linear || relu_mask.is_some() || sum_masked.is_some() =>
+            {
+                Some(g)
+            }
             (Some(g), Some(m)) => Some(crate::saved_cpu::mask_backward(&g, m).ctx(ctx)?),
             (Some(g), None) => {
                 // GELU reads its input only; the others read their output.

@@ -70,6 +70,50 @@ pub fn mask_backward(g: &Tensor, mask: &Tensor) -> Result<Tensor> {
     })
 }
 
+/// [`mask_backward`] of the sum of `parts` (added in order, as [`crate::kernels::sum_in_order`]
+/// does, so the same bits) in one pass: the result is the only allocation.
+pub fn mask_backward_sum(parts: &[Tensor], mask: &Tensor) -> Result<Tensor> {
+    fn run<T: WithDType>(parts: &[Tensor], mask: &[u8]) -> Result<Tensor> {
+        let first = &parts[0];
+        let mut out: Vec<T> = with_slice::<T, _>(first, |s| Ok(s.to_vec()))?;
+        for p in &parts[1..] {
+            with_slice::<T, _>(p, |s| {
+                for (o, &v) in out.iter_mut().zip(s) {
+                    *o += v;
+                }
+                Ok(())
+            })?;
+        }
+        let zero = T::from_f64(0.0);
+        for (i, o) in out.iter_mut().enumerate() {
+            if !bit(mask, i) {
+                *o = zero;
+            }
+        }
+        Tensor::from_vec(out, first.dims(), first.device())
+    }
+    let Some(first) = parts.first() else {
+        candle_core::bail!("mask backward of no gradients")
+    };
+    for p in parts {
+        if p.dims() != first.dims() || p.dtype() != first.dtype() {
+            candle_core::bail!(
+                "mask backward: gradients of shapes {:?} and {:?} ({:?}, {:?})",
+                first.dims(),
+                p.dims(),
+                first.dtype(),
+                p.dtype()
+            )
+        }
+    }
+    check_mask(mask, first.elem_count())?;
+    with_slice::<u8, _>(mask, |bits| match first.dtype() {
+        DType::F32 => run::<f32>(parts, bits),
+        DType::F64 => run::<f64>(parts, bits),
+        other => candle_core::bail!("mask backward: dtype {other:?} not supported"),
+    })
+}
+
 /// Checks that `mask` is a packed mask with one bit per element of a tensor of `elements`.
 pub fn check_mask(mask: &Tensor, elements: usize) -> Result<()> {
     if mask.dtype() != DType::U8 || mask.elem_count() != elements.div_ceil(8) {

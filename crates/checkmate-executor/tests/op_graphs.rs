@@ -119,6 +119,32 @@ fn concat_cnn() -> Network {
     b.finish(d, 1).unwrap()
 }
 
+/// A standalone ReLU read by a convolution and a residual add (two upstream gradients, summed and
+/// masked in one pass), large enough that a summed temporary would exceed the heap check's slack.
+fn residual_cnn() -> Network {
+    let mut b = NetworkBuilder::new("residual", Shape::new([2, 3, 96, 96]));
+    let c1 = b
+        .layer("conv1", Op::Conv2d(Conv2d::new(24, 3).same()), b.input())
+        .unwrap();
+    let r = b
+        .layer(
+            "relu",
+            Op::Activation(checkmate_models::Activation::Relu),
+            c1,
+        )
+        .unwrap();
+    let c2 = b
+        .layer("conv2", Op::Conv2d(Conv2d::new(24, 3).same()), r)
+        .unwrap();
+    let s = b.add("add", Op::Add, &[r, c2]).unwrap();
+    let p = b
+        .layer("pool", Op::MaxPool2d(Pool2d::new(8, 8)), s)
+        .unwrap();
+    let f = b.layer("flatten", Op::Flatten, p).unwrap();
+    let d = b.layer("logits", Op::Dense(Dense::new(3)), f).unwrap();
+    b.finish(d, 1).unwrap()
+}
+
 fn zoo(model: &str, batch: usize, image: usize) -> Network {
     let mut c = ModelConfig::new(batch).with_classes(10);
     c.image_size = Some(ImageSize::square(image));
@@ -209,6 +235,24 @@ fn op_graphs_have_masks_indices_and_split_gradients() {
         assert_eq!(n.workspace_bytes, 2 * n.bytes, "{}", n.name);
         assert!(n.bytes > 1 << 20, "{}", n.name);
     }
+    // A ReLU read by two layers: its gradient sums both and masks them in one pass, no summed
+    // temporary beside its output.
+    let tg = residual_cnn()
+        .training_graph(&config(Granularity::Op))
+        .unwrap();
+    let relu = tg
+        .graph
+        .nodes()
+        .iter()
+        .find(|n| n.name == "relu_backward")
+        .unwrap();
+    assert_eq!(relu.workspace_bytes, 0);
+    assert_eq!(
+        tg.graph.preds(relu.id as usize).len(),
+        3,
+        "mask and two gradients"
+    );
+    assert!(relu.bytes > 1 << 20);
 }
 
 #[test]
@@ -228,6 +272,7 @@ fn op_graphs_train_bitwise_like_layer_graphs() {
         pooled,
         small_cnn(),
         concat_cnn(),
+        residual_cnn(),
         zoo("vgg16", 2, 32),
         zoo("resnet50", 2, 32),
         zoo("mobilenet", 2, 32),
@@ -253,6 +298,7 @@ fn op_level_plans_that_recompute_train_bitwise_identically() {
         small_cnn(),
         pooled_cnn(),
         concat_cnn(),
+        residual_cnn(),
         zoo("vgg16", 2, 32),
         zoo("resnet50", 1, 32),
     ] {
@@ -343,6 +389,7 @@ fn every_op_node_allocates_what_it_models() {
         small_cnn(),
         pooled_cnn(),
         concat_cnn(),
+        residual_cnn(),
         zoo("vgg16", 4, 32),
         zoo("resnet50", 2, 32),
         zoo("mobilenet", 2, 32),

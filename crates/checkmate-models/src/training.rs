@@ -607,8 +607,16 @@ impl Network {
                 && upstream.len() == 1
                 && matches!(l.op, Op::Activation(_))
                 && !loss.from_logits;
+            // Several upstream gradients of an activation with a saved mask (not masked inside
+            // a convolution's kernel) are summed and masked in one pass: the sum is no
+            // temporary of its own (a standalone ReLU's gradient is then the output alone).
+            let sum_masked = saved.map(|(_, k)| k) == Some(SavedKind::ActivationMask)
+                && upstream.len() > 1
+                && !feeds_loss
+                && !masked_in_kernel;
             let upstream_temp =
-                (upstream.len() > 1 || fused_activation || feeds_loss) && !loss_grad_is_output;
+                (upstream.len() > 1 && !sum_masked || fused_activation || feeds_loss)
+                    && !loss_grad_is_output;
             // The summed upstream gradient of a fused pooling has the pooling's size.
             let upstream_bytes = match pooled[id] {
                 Some(p) => layers[p].output_bytes(),
