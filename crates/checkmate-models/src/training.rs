@@ -707,30 +707,19 @@ impl Network {
                     });
                     roles[node] = Some(NodeRole::InputGrad(id, slot));
                 }
-                backward[id] = Some(BackwardNode {
-                    layer: id,
-                    node: node_of[id],
-                    input_grads,
-                    upstream,
-                    reads,
-                    saved,
-                    weight_node: None,
-                    pooled: None,
-                    input_nodes: input_nodes[id].clone(),
+            } else {
+                specs[node_of[id]] = Some(NodeSpec {
+                    alternatives,
+                    id: node_of[id] as u64,
+                    name: format!("{}_backward", l.name),
+                    kind: NodeKind::Backward,
+                    cost,
+                    bytes,
+                    workspace_bytes: ws,
+                    deps,
                 });
-                continue;
+                roles[node_of[id]] = Some(NodeRole::Backward(id));
             }
-            specs[node_of[id]] = Some(NodeSpec {
-                alternatives,
-                id: node_of[id] as u64,
-                name: format!("{}_backward", l.name),
-                kind: NodeKind::Backward,
-                cost,
-                bytes,
-                workspace_bytes: ws,
-                deps,
-            });
-            roles[node_of[id]] = Some(NodeRole::Backward(id));
             backward[id] = Some(BackwardNode {
                 layer: id,
                 node: node_of[id],
@@ -740,7 +729,7 @@ impl Network {
                 saved,
                 weight_node: weight_node[id],
                 pooled: pooled[id].and_then(|p| Some((p, saved_node[p]?))),
-                input_nodes: Vec::new(),
+                input_nodes: input_nodes[id].clone(),
             });
         }
         let mut specs: Vec<NodeSpec> = specs.into_iter().flatten().collect();
