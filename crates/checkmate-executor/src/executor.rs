@@ -871,20 +871,9 @@ impl Executor {
         };
         // Upstream gradient of the output, summed in the graph's fixed order.
         let (parts, from_loss) = self.upstream(&bn, regs, step, v)?;
-        // Operator level: several upstream gradients of an activation applied through its mask
-        // (not inside a convolution's kernel) are summed and masked in one pass, without the
-        // summed temporary (`TrainingGraph` models none).
-        let sum_masked = match saved_mask {
-            Some(m)
-                if parts.len() > 1
-                    && !from_loss
-                    && !(matches!(layer.op, Op::Conv2d(_))
-                        && layer.op.activation() == Activation::Relu) =>
-            {
-                Some(m)
-            }
-            _ => None,
-        };
+        // Operator level: several upstream gradients summed and masked in one pass, without the
+        // summed temporary (`BackwardNode::sum_masked`, which the graph models).
+        let sum_masked = saved_mask.filter(|_| bn.sum_masked);
         let g_out = if parts.is_empty() {
             None
         } else if let Some(m) = sum_masked {

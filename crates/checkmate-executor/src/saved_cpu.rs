@@ -51,23 +51,7 @@ pub fn activation_mask(y: &Tensor, act: Activation) -> Result<Tensor> {
 /// `g` where the mask passes the gradient, 0 elsewhere (the gradient of a ReLU's input from that
 /// of its output): the result is the only allocation.
 pub fn mask_backward(g: &Tensor, mask: &Tensor) -> Result<Tensor> {
-    fn run<T: WithDType>(g: &Tensor, mask: &[u8]) -> Result<Tensor> {
-        with_slice::<T, _>(g, |gs| {
-            let zero = T::from_f64(0.0);
-            let out: Vec<T> = gs
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| if bit(mask, i) { v } else { zero })
-                .collect();
-            Tensor::from_vec(out, g.dims(), g.device())
-        })
-    }
-    check_mask(mask, g.elem_count())?;
-    with_slice::<u8, _>(mask, |bits| match g.dtype() {
-        DType::F32 => run::<f32>(g, bits),
-        DType::F64 => run::<f64>(g, bits),
-        other => candle_core::bail!("mask backward: dtype {other:?} not supported"),
-    })
+    mask_backward_sum(std::slice::from_ref(g), mask)
 }
 
 /// [`mask_backward`] of the sum of `parts` (added in order, as [`crate::kernels::sum_in_order`]

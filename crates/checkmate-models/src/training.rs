@@ -167,6 +167,10 @@ pub struct BackwardNode {
     /// node, `upstream` is the pooling's, and the full-size gradient of this layer's output is
     /// never held. With the pooling's winners node ([`NodeRole::Saved`], read by this node).
     pub pooled: Option<(LayerId, NodeIdx)>,
+    /// Operator level: the upstream gradients are several and the activation's saved mask
+    /// applies to them outside a convolution's kernel, so the node adds them and masks the sum
+    /// in one pass, holding no summed temporary.
+    pub sum_masked: bool,
     /// Operator level, a concatenation: per input, the node writing only that input's gradient
     /// (`None` where the input gets none), so that each gradient's reader holds its slice, not
     /// the whole concatenated gradient; `node` is the first of them. Empty when `node` writes
@@ -729,6 +733,7 @@ impl Network {
                 saved,
                 weight_node: weight_node[id],
                 pooled: pooled[id].and_then(|p| Some((p, saved_node[p]?))),
+                sum_masked,
                 input_nodes: input_nodes[id].clone(),
             });
         }
