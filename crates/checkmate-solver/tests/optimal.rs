@@ -500,3 +500,45 @@ fn formulations_agree_on_vgg16() {
         );
     }
 }
+
+/// Graphs on which HiGHS's presolve got the MILP wrong (`tests/data/highs/`, each with the
+/// budgets where it did and a note saying how): milp still proves the exhaustive optimum there,
+/// in both formulations, with and without a warm start.
+#[test]
+fn milp_survives_wrong_presolve_reductions() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/highs");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let g = Graph::from_json_str(&text, &path.display().to_string()).unwrap();
+        let budgets: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let budgets: Vec<u64> = budgets["budgets"]
+            .as_array()
+            .expect("a `budgets` array")
+            .iter()
+            .map(|b| b.as_u64().unwrap())
+            .collect();
+        for budget in budgets {
+            let truth = exhaustive(&g, budget);
+            assert!(truth.is_some(), "{}: no plan at {budget}", path.display());
+            for formulation in [Formulation::Fast, Formulation::Paper] {
+                for warm_start in [true, false] {
+                    let options = SolveOptions {
+                        formulation,
+                        warm_start,
+                        ..SolveOptions::default()
+                    };
+                    assert_eq!(
+                        milp_cost(&g, budget, &options),
+                        truth,
+                        "{}: {formulation:?} warm={warm_start} at {budget} bytes",
+                        path.display()
+                    );
+                }
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 4, "the graphs of {dir} were not read");
+}

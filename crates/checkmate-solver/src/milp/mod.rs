@@ -234,6 +234,8 @@ pub(crate) fn solve_milp(
     let mut model_budget = budget;
     let mut best = incumbent;
     let mut use_warm = true;
+    // HiGHS 1.16's presolve can get small models wrong (see the retry below and run::run).
+    let mut use_presolve = true;
     for attempt in 0..4 {
         let t0 = Instant::now();
         let model = Model::build(
@@ -277,8 +279,9 @@ pub(crate) fn solve_milp(
             cutoff,
             strategy: NAME,
             // Small default-formulation models skip HiGHS's presolve (see SMALL_MODEL_ROWS).
-            presolve: options.formulation == Formulation::Paper
-                || model.num_rows() >= SMALL_MODEL_ROWS,
+            presolve: use_presolve
+                && (options.formulation == Formulation::Paper
+                    || model.num_rows() >= SMALL_MODEL_ROWS),
         };
         let res = run::run(&model, &opts)?;
         let lower_bound = res.dual_bound.map(|b| b.max(0.0));
@@ -302,13 +305,16 @@ pub(crate) fn solve_milp(
         let slack = options.mip_gap.max(0.0) * objective.abs() + 1e-6 * (1.0 + objective.abs());
         if warm_passed && res.status == RunStatus::Optimal && cost > objective + slack {
             // HiGHS can return the MIP start instead of the solution it reports when presolve
-            // alone solves the model; solve again without the start.
+            // alone solves the model, or report the objective of a reduced model that presolve
+            // got wrong (docs/FORMULATION.md, "HiGHS's presolve"); solve again without the start
+            // and without presolve.
             tracing::debug!(
                 cost,
                 objective,
-                "solution does not match the objective; re-solving cold"
+                "solution does not match the objective; re-solving cold without presolve"
             );
             use_warm = false;
+            use_presolve = false;
             continue;
         }
         if peak <= budget {

@@ -663,6 +663,14 @@ impl Model {
         self.col_int.iter().filter(|&&b| b).count()
     }
 
+    /// The value of row `r` at the column vector `x`.
+    pub(crate) fn row_activity(&self, r: usize, x: &[f64]) -> f64 {
+        let (a, b) = (self.row_start[r], self.row_start[r + 1]);
+        (a..b)
+            .map(|k| self.row_val[k] * x[self.row_idx[k] as usize])
+            .sum()
+    }
+
     /// Value of `R[t, i]` (or `S`) in a column vector.
     pub(crate) fn value(v: Var, x: &[f64]) -> f64 {
         match v {

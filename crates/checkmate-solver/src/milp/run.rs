@@ -249,7 +249,67 @@ pub(crate) fn run(model: &Model, opts: &RunOptions) -> Result<RunResult> {
 }
 
 /// [`run`] once the HiGHS lock is held.
+///
+/// HiGHS 1.16's presolve can reduce a MILP wrongly (5-node graphs with an alternative
+/// implementation, paper formulation, `tests/data/highs/`): it called one infeasible (with a MIP
+/// start that it had itself checked feasible, it reported objective 11 for that start, which
+/// costs 13), and it reduced another to an empty model whose solution violates a row, which
+/// ends in a solve error. A MILP that fails with presolve, or that HiGHS calls infeasible with
+/// presolve, is solved again without it: when it fails, when it has no cutoff (such answers are
+/// rare and decide that no plan exists), or when the warm start satisfies every row and bound
+/// and is below the cutoff (docs/FORMULATION.md, "HiGHS's presolve").
 fn run_with_lock(model: &Model, opts: &RunOptions, start: Instant) -> Result<RunResult> {
+    let res = run_with_lock_once(model, opts, start);
+    let is_mip = model.col_int.iter().any(|&b| b);
+    if !is_mip || !presolve_for(model, opts) {
+        return res;
+    }
+    let start_fits = || {
+        opts.warm_start.as_ref().is_some_and(|w| {
+            satisfies(model, w)
+                && opts
+                    .cutoff
+                    .map_or(true, |c| objective_of(model, w) < c / model.cost_scale)
+        })
+    };
+    let doubtful = match &res {
+        Err(_) => true,
+        Ok(r) => r.status == RunStatus::Infeasible && (opts.cutoff.is_none() || start_fits()),
+    };
+    if !doubtful {
+        return res;
+    }
+    tracing::debug!(
+        strategy = opts.strategy,
+        result = ?res.as_ref().map(|r| r.status),
+        "HiGHS failed or says infeasible after presolve: solving again without presolve"
+    );
+    let opts = RunOptions {
+        presolve: false,
+        ..opts.clone()
+    };
+    run_with_lock_once(model, &opts, start)
+}
+
+/// Whether `x` is within the column bounds of `model` (integral where it must be) and satisfies
+/// every row, to HiGHS's default tolerance.
+fn satisfies(model: &Model, x: &[f64]) -> bool {
+    const TOL: f64 = 1e-6;
+    x.len() == model.num_cols()
+        && (0..model.num_cols()).all(|c| {
+            let v = x[c];
+            v >= model.col_lo[c] - TOL
+                && v <= model.col_hi[c] + TOL
+                && (!model.col_int[c] || (v - v.round()).abs() <= TOL)
+        })
+        && (0..model.num_rows()).all(|r| {
+            let v = model.row_activity(r, x);
+            v <= model.row_hi[r] + TOL && v >= model.row_lo[r] - TOL
+        })
+}
+
+/// [`run_with_lock`] without its second try.
+fn run_with_lock_once(model: &Model, opts: &RunOptions, start: Instant) -> Result<RunResult> {
     if let Some(limit) = opts.time_limit {
         let left = limit.saturating_sub(start.elapsed());
         let nonzeros = model.row_idx.len() as u64;

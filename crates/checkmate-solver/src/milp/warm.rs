@@ -237,9 +237,7 @@ pub(crate) fn violated_rows(model: &Model, x: &[f64]) -> Vec<String> {
     let mut out = Vec::new();
     for r in 0..model.num_rows() {
         let (a, b) = (model.row_start[r], model.row_start[r + 1]);
-        let v: f64 = (a..b)
-            .map(|k| model.row_val[k] * x[model.row_idx[k] as usize])
-            .sum();
+        let v = model.row_activity(r, x);
         if v > model.row_hi[r] + 1e-6 || v < model.row_lo[r] - 1e-6 {
             let terms: Vec<String> = (a..b)
                 .map(|k| {
