@@ -33,6 +33,7 @@
 
 pub(crate) mod repair;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkmate_graph::{simulate, Graph, Plan, Schedule, Step};
@@ -645,6 +646,7 @@ fn fix_and_solve(
         strategy: NAME,
         presolve: true,
     };
+    let model = Arc::new(model);
     let res = run::run(&model, &opts)?;
     tracing::debug!(free, rins = agree.is_some(), status = ?res.status, objective = ?res.objective, "fixed-keep MILP");
     let Some(x) = res.x else {
@@ -663,12 +665,12 @@ pub fn lp_lower_bound(
     budget_bytes: u64,
     options: &SolveOptions,
 ) -> Result<Option<f64>> {
-    let model = Model::build(
+    let model = Arc::new(Model::build(
         graph,
         BudgetMode::Bytes(budget_bytes),
         options.formulation,
         false,
-    );
+    ));
     let opts = RunOptions {
         time_limit: options.time_limit,
         mip_gap: options.mip_gap,

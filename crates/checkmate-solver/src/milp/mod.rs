@@ -16,6 +16,7 @@ pub(crate) mod run;
 pub use run::abandoned_solves;
 pub(crate) mod warm;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkmate_graph::{Graph, Plan, Schedule};
@@ -238,12 +239,12 @@ pub(crate) fn solve_milp(
     let mut use_presolve = true;
     for attempt in 0..4 {
         let t0 = Instant::now();
-        let model = Model::build(
+        let model = Arc::new(Model::build(
             graph,
             BudgetMode::Bytes(model_budget),
             options.formulation,
             true,
-        );
+        ));
         tracing::debug!(
             attempt,
             formulation = ?options.formulation,
@@ -510,7 +511,7 @@ pub(crate) fn least_feasible_with_plan(
         );
         return Ok((out, plan));
     }
-    let model = Model::build(
+    let model = Arc::new(Model::build(
         graph,
         BudgetMode::MinPeak {
             lo: floor,
@@ -518,7 +519,7 @@ pub(crate) fn least_feasible_with_plan(
         },
         options.formulation,
         true,
-    );
+    ));
     let warm_start = warm::warm_vector(graph, &model, &schedule);
     let opts = RunOptions {
         time_limit: remaining(start, Some(limit)),
