@@ -647,8 +647,23 @@ impl Strategy for Milp {
         } else {
             None
         };
+        // The stage-cover bound (crate::bound; milliseconds on graphs whose exact model is
+        // built): above HiGHS's dual bound on ResNet50 at 0.5 even after 300 s, and a bound
+        // where HiGHS's root LP does not finish in time. Computed before `lp-round`'s incumbent
+        // step, which it can make unnecessary: where the best heuristic's plan meets it (VGG16,
+        // fcn_8_vgg and vgg_unet at some of the solver benchmark's budgets), the proof took
+        // 2-8 s before, nearly all of it in that step (docs/SOLVER_BENCH.md).
+        let cover = cover_bound(graph, budget_bytes, start, options)?;
+        let proven_by_cover = |inc: &Option<Incumbent>| {
+            inc.as_ref()
+                .zip(cover)
+                .is_some_and(|(i, b)| i.cost <= b * (1.0 + options.mip_gap.max(0.0)))
+        };
         let mut lp_bound = None;
-        if options.warm_start && options.formulation == Formulation::Fast {
+        if options.warm_start
+            && options.formulation == Formulation::Fast
+            && !proven_by_cover(&incumbent)
+        {
             let (inc, bound) = lp_round_incumbent(graph, budget_bytes, options, start, false);
             lp_bound = bound;
             if let Some(inc) = inc {
@@ -660,20 +675,14 @@ impl Strategy for Milp {
         if let Some(inc) = &incumbent {
             tracing::debug!(cost = inc.cost, "warm start");
         }
-        // The stage-cover bound (crate::bound; milliseconds on graphs whose exact model is
-        // built): above HiGHS's dual bound on ResNet50 at 0.5 even after 300 s, and a bound
-        // where HiGHS's root LP does not finish in time.
-        let cover = cover_bound(graph, budget_bytes, start, options)?;
-        if let (Some(inc), Some(b)) = (&incumbent, cover) {
-            if inc.cost <= b * (1.0 + options.mip_gap.max(0.0)) {
-                let lower_bound = Some(b.min(inc.cost));
-                return Ok(Outcome {
-                    plan: incumbent.map(|i| i.plan),
-                    status: Status::Optimal,
-                    lower_bound,
-                    limit: None,
-                });
-            }
+        if proven_by_cover(&incumbent) {
+            let lower_bound = cover.zip(incumbent.as_ref()).map(|(b, i)| b.min(i.cost));
+            return Ok(Outcome {
+                plan: incumbent.map(|i| i.plan),
+                status: Status::Optimal,
+                lower_bound,
+                limit: None,
+            });
         }
         // Cutoff search (default formulation): a near-optimal cutoff lets HiGHS fix most columns
         // by reduced cost right after the root. Try cutoffs just above the LP bound first; "no
