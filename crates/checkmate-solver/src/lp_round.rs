@@ -223,19 +223,21 @@ impl Strategy for LpRound {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
-        plan_lp_round(graph, budget_bytes, options, true, true)
+        plan_lp_round(graph, budget_bytes, options, true, true, None)
     }
 }
 
 /// `lp-round`; `fix` enables its MILPs (the fixed-keep and RINS MILPs and the exact polish), which
 /// `milp` skips when it only wants an incumbent; `search` the swaps and the iterated local search
-/// (on whenever `fix` is).
+/// (on whenever `fix` is); `known_bound`: a proven lower bound on the cost from elsewhere (`milp`'s
+/// stage-cover bound), which ends the search once a plan meets it.
 pub(crate) fn plan_lp_round(
     graph: &Graph,
     budget_bytes: u64,
     options: &SolveOptions,
     fix: bool,
     search: bool,
+    known_bound: Option<f64>,
 ) -> Result<Outcome> {
     let search = search || fix;
     let start = Instant::now();
@@ -406,13 +408,16 @@ pub(crate) fn plan_lp_round(
         optima.push(without_unused_keeps(graph, b, budget_bytes));
     }
     let mut best = cheapest(&optima).cloned();
-    // Whether `b` is proven optimal: within the MIP gap of the LP bound, or computing every
+    // Whether `b` is proven optimal: within the MIP gap of the LP bound or the known bound, or computing every
     // node once (no plan costs less; on long chains, where the LP is skipped, the iterated search
     // spent seconds on such plans).
     let all_once = graph.total_cost();
     let settled = |b: &Judged| {
         b.cost <= all_once * (1.0 + 1e-12)
-            || lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
+            || lower_bound
+                .into_iter()
+                .chain(known_bound)
+                .any(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
     };
     // Swaps from the distinct local optima, cheapest first: keep a recomputed tensor and repair
     // the excess elsewhere (a third of the time left in all; on random layered graphs at tight
@@ -736,8 +741,8 @@ mod tests {
                 seed,
                 ..SolveOptions::default()
             };
-            let out =
-                plan_lp_round(&g, 9_555_096_371, &options, false, false).expect("lp-round runs");
+            let out = plan_lp_round(&g, 9_555_096_371, &options, false, false, None)
+                .expect("lp-round runs");
             let plan = out.plan.expect("a plan within budget");
             let sim = simulate(&g, &plan).expect("a valid plan");
             assert!(sim.peak_bytes <= 9_555_096_371);

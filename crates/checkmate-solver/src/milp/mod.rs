@@ -112,13 +112,14 @@ pub(crate) fn best_heuristic(
 /// most a quarter of the time limit (half when it skips its LP: near the least feasible budget
 /// its repair descent then needs the time, and on such graphs the MILP rarely proves anything;
 /// 90% and its whole search, swaps and restricted MILPs included, when it is `alone`: no exact
-/// model follows).
+/// model follows). `known_bound` (the stage-cover bound) ends its search once a plan meets it.
 fn lp_round_incumbent(
     graph: &Graph,
     budget: u64,
     options: &SolveOptions,
     start: Instant,
     alone: bool,
+    known_bound: Option<f64>,
 ) -> (Option<Incumbent>, Option<f64>) {
     let mut opts = options.clone();
     let share = |f: f64| {
@@ -138,7 +139,12 @@ fn lp_round_incumbent(
     // `lp-round`'s (ResNet50's operator graph at 0.35x of checkpoint-all: +44% against +15%).
     let (planned_on, opts) =
         crate::strategy::planning_view(graph, &crate::lp_round::LpRound, &opts);
-    let Ok(out) = crate::lp_round::plan_lp_round(&planned_on, budget, &opts, alone, true) else {
+    // A bound on `graph`'s costs bounds the plans' costs on the planning view only without
+    // alternatives (the view is then `graph` itself).
+    let known_bound = known_bound.filter(|_| !graph.has_alternatives());
+    let Ok(out) =
+        crate::lp_round::plan_lp_round(&planned_on, budget, &opts, alone, true, known_bound)
+    else {
         return (None, None);
     };
     // On the leanest view the LP bounds the leanest implementations' costs only.
@@ -624,7 +630,8 @@ impl Strategy for Milp {
             // heuristics alone when it had no time.
             tracing::info!(%limit, "milp: not building the exact model");
             let bound = cover_bound(graph, budget_bytes, start, options)?;
-            let (inc, lp_bound) = lp_round_incumbent(graph, budget_bytes, options, start, true);
+            let (inc, lp_bound) =
+                lp_round_incumbent(graph, budget_bytes, options, start, true, bound);
             let inc = inc.or_else(|| best_heuristic(graph, budget_bytes, options));
             let bound = crate::strategy::larger_bound(bound, lp_bound);
             let optimal = inc
@@ -664,7 +671,8 @@ impl Strategy for Milp {
             && options.formulation == Formulation::Fast
             && !proven_by_cover(&incumbent)
         {
-            let (inc, bound) = lp_round_incumbent(graph, budget_bytes, options, start, false);
+            let (inc, bound) =
+                lp_round_incumbent(graph, budget_bytes, options, start, false, cover);
             lp_bound = bound;
             if let Some(inc) = inc {
                 if incumbent.as_ref().map_or(true, |b| inc.cost < b.cost) {
