@@ -663,6 +663,11 @@ impl Model {
         self.col_int.iter().filter(|&&b| b).count()
     }
 
+    /// Whether the model has integer columns (a MILP; an LP otherwise).
+    pub(crate) fn is_mip(&self) -> bool {
+        self.col_int.iter().any(|&b| b)
+    }
+
     /// The value of row `r` at the column vector `x`.
     pub(crate) fn row_activity(&self, r: usize, x: &[f64]) -> f64 {
         let (a, b) = (self.row_start[r], self.row_start[r + 1]);

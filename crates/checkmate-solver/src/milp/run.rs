@@ -215,7 +215,7 @@ pub(crate) fn starts_too_slowly(nonzeros: u64, left: Duration) -> bool {
 /// `model` is shared with that thread, not copied (the solver's memory estimate counts it once).
 pub(crate) fn run(model: &Arc<Model>, opts: &RunOptions) -> Result<RunResult> {
     let start = Instant::now();
-    let is_mip = model.col_int.iter().any(|&b| b);
+    let is_mip = model.is_mip();
     match opts.time_limit {
         Some(limit) if is_mip => {
             let deadline = start + limit + OVERRUN_ALLOWED;
@@ -262,8 +262,7 @@ pub(crate) fn run(model: &Arc<Model>, opts: &RunOptions) -> Result<RunResult> {
 /// and is below the cutoff (docs/FORMULATION.md, "HiGHS's presolve").
 fn run_with_lock(model: &Model, opts: &RunOptions, start: Instant) -> Result<RunResult> {
     let res = run_with_lock_once(model, opts, start);
-    let is_mip = model.col_int.iter().any(|&b| b);
-    if !is_mip || !presolve_for(model, opts) {
+    if !model.is_mip() || !presolve_for(model, opts) {
         return res;
     }
     let start_fits = || {
@@ -315,7 +314,7 @@ fn run_with_lock_once(model: &Model, opts: &RunOptions, start: Instant) -> Resul
     if let Some(limit) = opts.time_limit {
         let left = limit.saturating_sub(start.elapsed());
         let nonzeros = model.row_idx.len() as u64;
-        if model.col_int.iter().any(|&b| b) && starts_too_slowly(nonzeros, left) {
+        if model.is_mip() && starts_too_slowly(nonzeros, left) {
             tracing::info!(
                 strategy = opts.strategy,
                 nonzeros,
@@ -323,12 +322,7 @@ fn run_with_lock_once(model: &Model, opts: &RunOptions, start: Instant) -> Resul
                 seconds_left = left.as_secs_f64(),
                 "not passing the MILP to HiGHS: its start-up would outlast the time limit"
             );
-            return Ok(RunResult {
-                status: RunStatus::TimeLimit,
-                x: None,
-                objective: None,
-                dual_bound: None,
-            });
+            return Ok(timed_out());
         }
     }
     let presolve = presolve_for(model, opts);
@@ -456,7 +450,7 @@ fn prepare(
         let (lo, hi) = (model.row_lo[r], model.row_hi[r]);
         pb.add_row(lo..=hi, &row);
     }
-    let is_mip = model.col_int.iter().any(|&b| b);
+    let is_mip = model.is_mip();
     let mut hm = pb
         .try_optimise(Sense::Minimise)
         .map_err(|e| fail(format!("HiGHS rejected the model: {e:?}")))?;
@@ -521,7 +515,7 @@ fn solve_and_read(
     model: &Model,
     opts: &RunOptions,
 ) -> Result<(RunResult, highs::SolvedModel)> {
-    let is_mip = model.col_int.iter().any(|&b| b);
+    let is_mip = model.is_mip();
     tracing::debug!(
         cols = model.num_cols(),
         rows = model.num_rows(),
@@ -761,15 +755,15 @@ mod tests {
         let at = |frac: f64| (lo as f64 + frac * (all - lo) as f64) as u64;
         // (A quarter of the least feasible budget leaves the LP infeasible too.)
         for budget in [at(0.5), at(0.2), at(0.35), lo / 4, at(0.05), at(1.0)] {
-            let model = Model::build_at_scale(
+            let model = Arc::new(Model::build_at_scale(
                 &g,
                 BudgetMode::Bytes(budget),
                 Formulation::Fast,
                 false,
                 scale,
-            );
+            ));
             let hot = series.solve(&model, &opts).unwrap();
-            let cold = run(&Arc::new(model.clone()), &opts).unwrap();
+            let cold = run(&model, &opts).unwrap();
             assert_eq!(hot.status, cold.status, "budget {budget}");
             statuses.push(hot.status);
             if let (Some(h), Some(c)) = (hot.objective, cold.objective) {
