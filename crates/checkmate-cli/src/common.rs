@@ -73,6 +73,12 @@ pub struct ModelArgs {
     /// kernels do not run yet).
     #[arg(long, value_parser = parse_granularity)]
     pub granularity: Option<Granularity>,
+    /// Operator level: a convolution with a ReLU followed by a non-overlapping max pooling (VGG,
+    /// U-Net) never holds its output: its forward node keeps only the mask and the pooling's
+    /// winners, and the pooling recomputes the convolution at the winners (a quarter of its FLOPs
+    /// for 2x2 windows). Less memory, more compute (docs/OP_GRAPHS.md).
+    #[arg(long)]
+    pub fuse_conv_pool: bool,
 }
 
 fn parse_granularity(s: &str) -> std::result::Result<Granularity, String> {
@@ -173,6 +179,7 @@ impl ModelArgs {
             costs,
             workspace: self.workspace,
             granularity,
+            fuse_conv_pool: self.fuse_conv_pool,
         })
     }
 

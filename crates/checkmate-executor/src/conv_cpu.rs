@@ -104,33 +104,37 @@ impl Geom {
     /// row per position (rows in parallel: a copy, so the bits do not depend on the threads).
     fn unfold<T: WithDType>(&self, x: &[T], g: usize, p0: usize, rows: usize, col: &mut [T]) {
         let k_len = self.window();
+        col[..rows * k_len]
+            .par_chunks_mut(k_len.max(1))
+            .enumerate()
+            .for_each(|(r, row)| self.unfold_one(x, g, p0 + r, row));
+    }
+
+    /// Unfolds the window of output position `p` of sample `x`, group `g`, into `row`
+    /// (`window()` elements: input channel, then kernel row, then kernel column).
+    fn unfold_one<T: WithDType>(&self, x: &[T], g: usize, p: usize, row: &mut [T]) {
         let plane = self.h * self.w;
         let xg = &x[g * self.cpg() * plane..(g + 1) * self.cpg() * plane];
         let (h, w) = (self.h as isize, self.w as isize);
         let [dy, dx] = self.dilation.map(|d| d as isize);
-        col[..rows * k_len]
-            .par_chunks_mut(k_len.max(1))
-            .enumerate()
-            .for_each(|(r, row)| {
-                let (y0, x0) = self.origin(p0 + r);
-                let mut slots = row.iter_mut();
-                for src in xg.chunks(plane.max(1)) {
-                    for a in 0..self.kh as isize {
-                        let iy = y0 + a * dy;
-                        let line = (0..h).contains(&iy).then(|| iy as usize * self.w);
-                        for b in 0..self.kw as isize {
-                            let ix = x0 + b * dx;
-                            let v = match line {
-                                Some(l) if (0..w).contains(&ix) => src[l + ix as usize],
-                                _ => T::from_f64(0.0),
-                            };
-                            if let Some(slot) = slots.next() {
-                                *slot = v;
-                            }
-                        }
+        let (y0, x0) = self.origin(p);
+        let mut slots = row.iter_mut();
+        for src in xg.chunks(plane.max(1)) {
+            for a in 0..self.kh as isize {
+                let iy = y0 + a * dy;
+                let line = (0..h).contains(&iy).then(|| iy as usize * self.w);
+                for b in 0..self.kw as isize {
+                    let ix = x0 + b * dx;
+                    let v = match line {
+                        Some(l) if (0..w).contains(&ix) => src[l + ix as usize],
+                        _ => T::from_f64(0.0),
+                    };
+                    if let Some(slot) = slots.next() {
+                        *slot = v;
                     }
                 }
-            });
+            }
+        }
     }
 
     /// Adds `dcol` (positions `p0..p0 + rows`, group `g`) back onto sample `dx`: input channels
@@ -730,6 +734,257 @@ pub fn data_grad(
     match dy.dtype() {
         DType::F32 => data_grad_typed::<f32>(dy, w, bias, geo, relu),
         DType::F64 => data_grad_typed::<f64>(dy, w, bias, geo, relu),
+        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
+    }
+}
+
+/// Runs `f` with the bias's elements, if any.
+fn with_bias<T: WithDType, R>(
+    bias: Option<&Tensor>,
+    channels: usize,
+    f: impl FnOnce(Option<&[T]>) -> Result<R>,
+) -> Result<R> {
+    match bias {
+        Some(b) => with_slice::<T, _>(b, |bs| {
+            if bs.len() != channels {
+                candle_core::bail!("conv_cpu: bias of {} for {channels} channels", bs.len())
+            }
+            f(Some(bs))
+        }),
+        None => f(None),
+    }
+}
+
+fn pool_winners_typed<T: WithDType>(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    [ph, pw]: [usize; 2],
+) -> Result<(Tensor, Tensor)> {
+    let positions = geo.oh * geo.ow;
+    let (k_len, opg, elem) = (geo.window(), geo.opg(), T::DTYPE.size_in_bytes());
+    let (poh, pow) = (geo.oh / ph, geo.ow / pw);
+    let mut bits = vec![0u8; (geo.n * geo.cout * positions).div_ceil(8)];
+    let mut winners = vec![u8::MAX; geo.n * geo.cout * poh * pow];
+    let zero = T::from_f64(0.0);
+    with_bias::<T, _>(bias, geo.cout, |bs| {
+        with_slice::<T, _>(x, |xs| {
+            with_slice::<T, _>(w, |ws| {
+                let mut col = vec![zero; geo.chunk_elems(elem)];
+                let mut buf = vec![zero; geo.chunk_rows(elem) * opg];
+                // Per channel of the group and window of the current row of windows: the
+                // largest value so far and its cell.
+                let mut best = vec![zero; opg * pow];
+                let mut cell = vec![0u8; opg * pow];
+                let sample = geo.cin * geo.h * geo.w;
+                for s in 0..geo.n {
+                    let xn = &xs[s * sample..(s + 1) * sample];
+                    for g in 0..geo.groups {
+                        let wg = &ws[g * opg * k_len..];
+                        for (p0, rows) in geo.chunks(elem) {
+                            geo.unfold(xn, g, p0, rows, &mut col);
+                            gemm(
+                                (rows, opg, k_len),
+                                &mut buf,
+                                (1, rows),
+                                false,
+                                &col,
+                                (k_len, 1),
+                                wg,
+                                (1, k_len),
+                            );
+                            for o in 0..opg {
+                                let ch = g * opg + o;
+                                let plane = s * geo.cout + ch;
+                                for (r, &raw) in buf[o * rows..(o + 1) * rows].iter().enumerate() {
+                                    // The layer's epilogue, element by element: bias, then ReLU.
+                                    let mut v = raw;
+                                    if let Some(bs) = bs {
+                                        v += bs[ch];
+                                    }
+                                    if v < zero {
+                                        v = zero;
+                                    }
+                                    let p = p0 + r;
+                                    let i = plane * positions + p;
+                                    if v > zero {
+                                        bits[i / 8] |= 1 << (i % 8);
+                                    }
+                                    let (y, xx) = (p / geo.ow, p % geo.ow);
+                                    let (py, px) = (y / ph, xx / pw);
+                                    if py < poh && px < pow {
+                                        // Cells arrive in row-major order within a window: the
+                                        // first maximum wins, as in max pooling.
+                                        let off = (y % ph) * pw + xx % pw;
+                                        let slot = o * pow + px;
+                                        if off == 0 || v > best[slot] {
+                                            best[slot] = v;
+                                            cell[slot] = off as u8;
+                                        }
+                                        if off == ph * pw - 1 {
+                                            winners[(plane * poh + py) * pow + px] = cell[slot];
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+    })?;
+    let len = bits.len();
+    Ok((
+        Tensor::from_vec(bits, len, x.device())?,
+        Tensor::from_vec(winners, (geo.n, geo.cout, poh, pow), x.device())?,
+    ))
+}
+
+/// A convolution with a ReLU fused with the max pooling after it (non-overlapping `window`s,
+/// no padding), without holding the convolution's output: chunk by chunk, the ReLU's packed
+/// mask (as [`crate::saved_cpu::activation_mask`] of the output) and the pooling's winners (as
+/// [`crate::kernels::max_pool2d_indices`]), the same bits as from the whole output. Scratch: the
+/// chunk of windows, its outputs, and a running maximum per channel and window of one row of
+/// windows.
+pub fn pool_winners(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    window: [usize; 2],
+) -> Result<(Tensor, Tensor)> {
+    check_fused(geo, window)?;
+    match x.dtype() {
+        DType::F32 => pool_winners_typed::<f32>(x, w, bias, geo, window),
+        DType::F64 => pool_winners_typed::<f64>(x, w, bias, geo, window),
+        other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
+    }
+}
+
+fn check_fused(geo: &Geom, [ph, pw]: [usize; 2]) -> Result<()> {
+    if ph == 0 || pw == 0 || ph * pw >= u8::MAX as usize || geo.oh < ph || geo.ow < pw {
+        candle_core::bail!(
+            "fused pooling: window {ph}x{pw} does not fit a {}x{} output",
+            geo.oh,
+            geo.ow
+        )
+    }
+    Ok(())
+}
+
+/// Dot product accumulated in f64 in four lanes (a fixed order for given lengths), rounded
+/// once: closer to the exact sum than any f32 matrix product, so the pooled values differ from
+/// the unfused convolution's by about that product's own rounding.
+#[inline]
+fn dot<T: WithDType>(a: &[T], b: &[T]) -> T {
+    let mut acc = [0f64; 4];
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..4 {
+            acc[j] += x[j].to_f64() * y[j].to_f64();
+        }
+    }
+    let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (x, y) in ra.iter().zip(rb) {
+        s += x.to_f64() * y.to_f64();
+    }
+    T::from_f64(s)
+}
+
+fn at_winners_typed<T: WithDType>(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    [ph, pw]: [usize; 2],
+    winners: &Tensor,
+) -> Result<Tensor> {
+    let (k_len, opg) = (geo.window(), geo.opg());
+    let (poh, pow) = (geo.oh / ph, geo.ow / pw);
+    if winners.dtype() != DType::U8 || winners.dims() != [geo.n, geo.cout, poh, pow] {
+        candle_core::bail!(
+            "fused pooling: winners {:?} {:?}, expected u8 {:?}",
+            winners.dtype(),
+            winners.dims(),
+            [geo.n, geo.cout, poh, pow]
+        )
+    }
+    let zero = T::from_f64(0.0);
+    let mut out = vec![zero; geo.n * geo.cout * poh * pow];
+    with_bias::<T, _>(bias, geo.cout, |bs| {
+        with_slice::<u8, _>(winners, |idx| {
+            with_slice::<T, _>(x, |xs| {
+                with_slice::<T, _>(w, |ws| {
+                    let sample = geo.cin * geo.h * geo.w;
+                    let planes = geo.cout * poh * pow;
+                    // Samples in parallel, each with one window's cells unfolded at a time (a
+                    // buffer per worker; every element is computed the same way on any thread).
+                    out.par_chunks_mut(planes.max(1)).enumerate().try_for_each(
+                        |(s, outn)| -> Result<()> {
+                            let xn = &xs[s * sample..(s + 1) * sample];
+                            let idxn = &idx[s * planes..(s + 1) * planes];
+                            let mut col = vec![zero; ph * pw * k_len];
+                            for g in 0..geo.groups {
+                                for py in 0..poh {
+                                    for px in 0..pow {
+                                        for a in 0..ph {
+                                            for b in 0..pw {
+                                                let p = (py * ph + a) * geo.ow + px * pw + b;
+                                                let at = (a * pw + b) * k_len;
+                                                geo.unfold_one(xn, g, p, &mut col[at..at + k_len]);
+                                            }
+                                        }
+                                        for o in 0..opg {
+                                            let ch = g * opg + o;
+                                            let q = (ch * poh + py) * pow + px;
+                                            let cell = idxn[q] as usize;
+                                            if cell >= ph * pw {
+                                                candle_core::bail!(
+                                                    "fused pooling: winner {cell} outside a \
+                                                     {ph}x{pw} window"
+                                                )
+                                            }
+                                            let row = &col[cell * k_len..(cell + 1) * k_len];
+                                            let wr = &ws[ch * k_len..(ch + 1) * k_len];
+                                            // The bias added in T, as the epilogue does.
+                                            let mut v = dot(row, wr);
+                                            if let Some(bs) = bs {
+                                                v += bs[ch];
+                                            }
+                                            outn[q] = if v < zero { zero } else { v };
+                                        }
+                                    }
+                                }
+                            }
+                            Ok(())
+                        },
+                    )
+                })
+            })
+        })
+    })?;
+    Tensor::from_vec(out, (geo.n, geo.cout, poh, pow), x.device())
+}
+
+/// The max pooling (non-overlapping `window`s, no padding) of a convolution with a ReLU,
+/// computed at each window's winning cell only (the winners of [`pool_winners`]): `1 / window`
+/// of the convolution's products. Equal to pooling the convolution's output up to rounding (a
+/// dot product per element instead of a matrix product). Scratch: one window's unfolded cells.
+pub fn at_winners(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    geo: &Geom,
+    window: [usize; 2],
+    winners: &Tensor,
+) -> Result<Tensor> {
+    check_fused(geo, window)?;
+    match x.dtype() {
+        DType::F32 => at_winners_typed::<f32>(x, w, bias, geo, window, winners),
+        DType::F64 => at_winners_typed::<f64>(x, w, bias, geo, window, winners),
         other => candle_core::bail!("conv_cpu: dtype {other:?} not supported"),
     }
 }

@@ -602,6 +602,9 @@ impl Executor {
     ) -> Result<Vec<Tensor>> {
         let label = || self.tg.graph.label(v);
         match self.tg.role(v) {
+            NodeRole::Forward(l) if self.tg.fused_with[l].is_some() => {
+                self.fused_forward(l, v, step, conv_chunk, regs, batch)
+            }
             NodeRole::Forward(l) => {
                 let layer = self.net.layer(l);
                 let mut xs = Vec::with_capacity(layer.inputs.len());
@@ -661,6 +664,45 @@ impl Executor {
                 };
                 Ok(vec![out])
             }
+        }
+    }
+
+    /// Operator level, a convolution fused with its max pooling
+    /// (`TrainingGraph::fused_with`): the convolution's node outputs its mask and the winners,
+    /// the pooling's node the pooled output, recomputing the convolution at the winners.
+    fn fused_forward(
+        &self,
+        l: usize,
+        v: usize,
+        step: usize,
+        conv_chunk: usize,
+        regs: &[Option<Vec<Tensor>>],
+        batch: &Batch,
+    ) -> Result<Vec<Tensor>> {
+        let label = || self.tg.graph.label(v);
+        let Some(other) = self.tg.fused_with[l] else {
+            return Err(self.unsupported(l, "not fused with a pooling"));
+        };
+        let (c, p, is_conv) = match &self.net.layer(l).op {
+            Op::Conv2d(_) => (l, other, true),
+            _ => (other, l, false),
+        };
+        let (Op::Conv2d(conv), Op::MaxPool2d(pool)) =
+            (&self.net.layer(c).op, &self.net.layer(p).op)
+        else {
+            return Err(self.unsupported(l, "fused pair is not a convolution and a max pooling"));
+        };
+        let x = self.tensor(self.net.layer(c).inputs[0], regs, batch, step, v)?;
+        let ps = &self.params[c];
+        if is_conv {
+            let (mask, winners) =
+                k::conv2d_pool_winners(x, &ps[0], ps.get(1), conv, pool, conv_chunk).ctx(label)?;
+            Ok(vec![mask, winners])
+        } else {
+            let winners = self.reg(regs, self.tg.forward_node(c), 1, step, v)?;
+            let y =
+                k::conv2d_pool_at_winners(x, &ps[0], ps.get(1), conv, pool, winners).ctx(label)?;
+            Ok(vec![y])
         }
     }
 
@@ -858,12 +900,12 @@ impl Executor {
         };
         // Operator level: the gradient arrives through a max pooling this node expands itself.
         let pooled = match bn.pooled {
-            Some((p, node)) => {
+            Some((p, node, index)) => {
                 let Op::MaxPool2d(pool) = &self.net.layer(p).op else {
                     return Err(self.unsupported(p, "fused pooling that does not pool"));
                 };
                 Some(crate::conv_cpu::Pooled {
-                    indices: self.reg(regs, node, 0, step, v)?,
+                    indices: self.reg(regs, node, index, step, v)?,
                     window: pool.pool,
                 })
             }

@@ -377,6 +377,52 @@ pub fn conv2d_forward_act_chunked(
     activation_forward(&conv2d_forward(x, w, b, c)?, act, 1)
 }
 
+/// Operator level, a convolution with a ReLU fused with the max pooling `p` after it
+/// (docs/OP_GRAPHS.md): the ReLU's packed mask and the pooling's winners, without the
+/// convolution's output (CPU only).
+pub fn conv2d_pool_winners(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    c: &Conv2d,
+    p: &Pool2d,
+    chunk_bytes: usize,
+) -> Result<(Tensor, Tensor)> {
+    check_fusable(x, c, p)?;
+    let geo = ConvGeom::new(x, w, c)?.chunked_within(chunk_bytes);
+    conv_cpu::pool_winners(x, w, b, &geo, p.pool)
+}
+
+/// Operator level: the pooled output of [`conv2d_pool_winners`]'s convolution and pooling,
+/// the convolution computed at the winners only.
+pub fn conv2d_pool_at_winners(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    c: &Conv2d,
+    p: &Pool2d,
+    winners: &Tensor,
+) -> Result<Tensor> {
+    check_fusable(x, c, p)?;
+    let geo = ConvGeom::new(x, w, c)?.chunked();
+    conv_cpu::at_winners(x, w, b, &geo, p.pool, winners)
+}
+
+fn check_fusable(x: &Tensor, c: &Conv2d, p: &Pool2d) -> Result<()> {
+    if !conv_cpu::applies(x) || c.activation != Activation::Relu || p.pool != p.stride {
+        candle_core::bail!(
+            "fused convolution and pooling: needs f32/f64 on the CPU, a ReLU and non-overlapping \
+             windows (got {:?} on {:?}, {}, pool {:?} stride {:?})",
+            x.dtype(),
+            x.device(),
+            c.activation.name(),
+            p.pool,
+            p.stride
+        )
+    }
+    Ok(())
+}
+
 /// [`conv2d_forward_act`] for a transposed convolution.
 pub fn conv_transpose2d_forward_act(
     x: &Tensor,

@@ -165,14 +165,12 @@ fn bits(exec: &Executor) -> Vec<u32> {
 
 /// Two SGD steps with `plan` (checkpoint-all when `None`); the parameter bits and the losses.
 fn run(net: &Network, granularity: Granularity, plan: Option<&Plan>) -> (Vec<u32>, Vec<f64>) {
-    let mut exec = Executor::new(
-        net.clone(),
-        &config(granularity),
-        &Device::Cpu,
-        DType::F32,
-        7,
-    )
-    .unwrap();
+    run_with(net, &config(granularity), plan)
+}
+
+/// [`run`] with any training configuration.
+fn run_with(net: &Network, config: &TrainingConfig, plan: Option<&Plan>) -> (Vec<u32>, Vec<f64>) {
+    let mut exec = Executor::new(net.clone(), config, &Device::Cpu, DType::F32, 7).unwrap();
     let all = Plan::new((0..exec.graph().len()).map(Step::Compute).collect());
     let data = SyntheticData::new(&exec, 0.5, 3).unwrap();
     let mut opt = Optimizer::new(OptimizerKind::sgd(0.05)).unwrap();
@@ -433,4 +431,146 @@ fn every_op_node_allocates_what_it_models() {
         alternatives >= 20,
         "only {alternatives} alternative kernels checked"
     );
+}
+
+fn fused() -> TrainingConfig {
+    TrainingConfig {
+        fuse_conv_pool: true,
+        ..config(Granularity::Op)
+    }
+}
+
+/// The parameter gradients of one checkpoint-all step from the same weights and batch, tensor by
+/// tensor (batch norm's running statistics have none).
+fn gradients(net: &Network, config: &TrainingConfig) -> Vec<Vec<f64>> {
+    let mut exec = Executor::new(net.clone(), config, &Device::Cpu, DType::F32, 7).unwrap();
+    let all = Plan::new((0..exec.graph().len()).map(Step::Compute).collect());
+    let data = SyntheticData::new(&exec, 0.5, 3).unwrap();
+    exec.run_plan(&all, &data.batch(&exec, 0).unwrap()).unwrap();
+    exec.grads()
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|g| g.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        .map(|v| v.into_iter().map(f64::from).collect())
+        .collect()
+}
+
+/// `||a - b|| / ||b||` over all tensors together, and the largest per tensor.
+fn relative_difference(a: &[Vec<f64>], b: &[Vec<f64>]) -> (f64, f64) {
+    assert_eq!(a.len(), b.len());
+    let (mut diff, mut norm, mut worst) = (0.0, 0.0, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len());
+        let d: f64 = x.iter().zip(y).map(|(p, q)| (p - q) * (p - q)).sum();
+        let n: f64 = y.iter().map(|q| q * q).sum();
+        if n > 0.0 {
+            worst = worst.max((d / n).sqrt());
+        }
+        diff += d;
+        norm += n;
+    }
+    ((diff / norm).sqrt(), worst)
+}
+
+/// A convolution fused with its pooling (`TrainingConfig::fuse_conv_pool`): no saved-state
+/// nodes for the pair, the pooling recomputes at the winners; the gradients of a step within 1e-5
+/// (relative, L2) of the layer graph's (U-Net at batch 2: at batch 1 its batch norms, over one
+/// sample, amplify the rounding to 1.1e-5) (the pooled values are dot products, not the matrix
+/// product's sums); plans that recompute train bitwise like the fused graph's checkpoint-all;
+/// every node allocates what it models.
+#[test]
+fn fused_convolution_and_pooling_train_like_the_layer_graph() {
+    let _serial = serial();
+    heap::warm_up_cpu().unwrap();
+    let mut fused_pairs = 0;
+    let mut recomputed = 0;
+    for net in [pooled_cnn(), zoo("vgg16", 2, 32), zoo("unet", 2, 64)] {
+        let name = net.name().to_string();
+        let op = net.training_graph(&config(Granularity::Op)).unwrap();
+        let tg = net.training_graph(&fused()).unwrap();
+        let pairs = tg.fused_with.iter().flatten().count() / 2;
+        assert!(pairs > 0, "{name}: nothing fused");
+        fused_pairs += pairs;
+        // Each pair drops the convolution's output, its mask node and the winners node.
+        assert_eq!(tg.graph.len() + 2 * pairs, op.graph.len(), "{name}");
+        for (l, other) in tg.fused_with.iter().enumerate() {
+            let Some(p) = *other else { continue };
+            let node = tg.graph.node(tg.forward_node(l));
+            if matches!(net.layer(l).op, Op::Conv2d(_)) {
+                let y = net.layer(l).output.shape.elements();
+                let pooled = net.layer(p).output.shape.elements();
+                assert_eq!(node.bytes, y.div_ceil(8) + pooled, "{name}: {}", node.name);
+            } else {
+                // The pooling reads the convolution's input and its winners.
+                assert!(tg
+                    .graph
+                    .preds(tg.forward_node(l))
+                    .contains(&tg.forward_node(p)));
+            }
+        }
+        // Less memory at the least feasible budget is what the fusion is for.
+        let least = |g: &checkmate_graph::Graph| {
+            checkmate_solver::milp::least_feasible_budget(g, &SolveOptions::default())
+                .unwrap()
+                .unwrap()
+        };
+        assert!(least(&tg.graph) < least(&op.graph), "{name}");
+
+        let exec = Executor::new(net.clone(), &fused(), &Device::Cpu, DType::F32, 7).unwrap();
+        let (total, worst) = relative_difference(
+            &gradients(&net, &fused()),
+            &gradients(&net, &config(Granularity::Layer)),
+        );
+        eprintln!("{name}: gradients {total:e} from the layer graph's, worst tensor {worst:e}");
+        assert!(
+            total <= 1e-5,
+            "{name}: gradients {total:e} from the layer graph's"
+        );
+        let (want, losses) = run_with(&net, &fused(), None);
+        let g = exec.graph().clone();
+        let all = strategy_by_name("checkpoint-all").unwrap();
+        let full = solve(&g, all.as_ref(), u64::MAX, &SolveOptions::default())
+            .unwrap()
+            .peak_bytes()
+            .unwrap();
+        for strategy in ["chen-sqrtn", "lp-round"] {
+            let s = strategy_by_name(strategy).unwrap();
+            let options = SolveOptions {
+                time_limit: Some(std::time::Duration::from_secs(5)),
+                ..SolveOptions::default()
+            };
+            let plan = (4..=40)
+                .map(|k| full * k / 20)
+                .find_map(|b| solve(&g, s.as_ref(), b, &options).ok().and_then(|s| s.plan))
+                .unwrap();
+            recomputed += usize::from(plan.compute_count() > g.len());
+            let (got, got_losses) = run_with(&net, &fused(), Some(&plan));
+            assert_eq!(got_losses, losses, "{name} {strategy}");
+            assert!(got == want, "{name} {strategy}: parameters differ");
+        }
+
+        let mut exec = Executor::new(net, &fused(), &Device::Cpu, DType::F32, 1).unwrap();
+        let plan = Plan::new((0..g.len()).map(Step::Compute).collect());
+        let data = SyntheticData::new(&exec, 0.1, 2).unwrap();
+        let mut opt = Optimizer::new(OptimizerKind::sgd(0.01)).unwrap();
+        exec.run_plan(&plan, &data.batch(&exec, 0).unwrap())
+            .unwrap();
+        opt.step(&mut exec).unwrap();
+        let report = exec
+            .run_plan(&plan, &data.batch(&exec, 1).unwrap())
+            .unwrap();
+        for (k, step) in plan.steps.iter().enumerate() {
+            let Step::Compute(v) = *step else { continue };
+            let seen = report.heap_during_step[k] as i64 + g.static_bytes() as i64;
+            let modelled = report.heap_modelled[k] as i64;
+            assert!(
+                (seen - modelled).abs() <= 1 << 20,
+                "{name}: {} allocated {seen}, modelled {modelled}",
+                g.label(v)
+            );
+        }
+    }
+    assert!(fused_pairs >= 2 + 5 + 4, "only {fused_pairs} fused pairs");
+    assert!(recomputed >= 3, "only {recomputed} plans recompute");
 }

@@ -1067,6 +1067,36 @@ impl Op {
     }
 }
 
+impl Op {
+    /// Scratch of a convolution fused with the max pooling after it
+    /// ([`crate::TrainingConfig::fuse_conv_pool`]), in f32 bytes: the convolution's node holds
+    /// its chunk of unfolded windows, that chunk's outputs (`rows * filters_per_group`) and, per
+    /// channel of a group and window of a row of windows, the running maximum and its cell
+    /// (5 bytes); the pooling's node unfolds one window's cells at a time (`cells * window`).
+    /// Zero for anything but a convolution on NCHW tensors.
+    pub(crate) fn fused_pool_workspace(
+        &self,
+        inputs: &[TensorType],
+        output: &Shape,
+        pooled: &Shape,
+        pool: [usize; 2],
+    ) -> (u64, u64) {
+        let Op::Conv2d(c) = self else {
+            return (0, 0);
+        };
+        let Some((window, positions)) = conv_window_positions(c, inputs, output) else {
+            return (0, 0);
+        };
+        let opg = c.filters / c.groups.max(1);
+        let rows = conv_chunk_rows(window, positions, 4);
+        let conv = conv_chunk_bytes(window, positions)
+            + (4 * rows * opg) as u64
+            + (5 * opg * pooled.dim(pooled.rank() - 1)) as u64;
+        let pool_ws = (4 * pool[0] * pool[1] * window) as u64;
+        (conv, pool_ws)
+    }
+}
+
 /// The name of a convolution's second implementation on the CPU: each sample's windows unfolded
 /// at once (one matrix product per sample and group) instead of in chunks of
 /// [`CONV_CHUNK_BYTES`]. Faster on deep layers (the kernel matrix is packed once per sample),

@@ -91,6 +91,13 @@ pub struct TrainingConfig {
     pub workspace: bool,
     /// Layer or operator nodes.
     pub granularity: Granularity,
+    /// Operator level: a convolution with a fused ReLU whose only consumer is a max pooling with
+    /// non-overlapping, unpadded windows never holds its output. Its forward node computes the
+    /// ReLU mask and the pooling's winners chunk by chunk (its output: those two, as one
+    /// node), and the pooling's forward node recomputes the convolution at the winning cells
+    /// only (`1 / window` of its FLOPs) from the convolution's input and the winners.
+    /// docs/OP_GRAPHS.md, "Fused convolution and pooling".
+    pub fuse_conv_pool: bool,
 }
 
 impl Default for TrainingConfig {
@@ -101,6 +108,7 @@ impl Default for TrainingConfig {
             costs: Costs::Flops,
             workspace: true,
             granularity: Granularity::Layer,
+            fuse_conv_pool: false,
         }
     }
 }
@@ -166,7 +174,9 @@ pub struct BackwardNode {
     /// chunk, from the pooling's upstream gradient and winners: the pooling has no backward
     /// node, `upstream` is the pooling's, and the full-size gradient of this layer's output is
     /// never held. With the pooling's winners node ([`NodeRole::Saved`], read by this node).
-    pub pooled: Option<(LayerId, NodeIdx)>,
+    /// The third field is the index among that node's outputs (1 for a fused convolution's own
+    /// forward node, [`TrainingConfig::fuse_conv_pool`]; else 0).
+    pub pooled: Option<(LayerId, NodeIdx, usize)>,
     /// Operator level: the upstream gradients are several and the activation's saved mask
     /// applies to them outside a convolution's kernel, so the node adds them and masks the sum
     /// in one pass, holding no summed temporary.
@@ -238,6 +248,10 @@ pub struct TrainingGraph {
     pub backward: Vec<Option<BackwardNode>>,
     /// The loss node.
     pub loss_node: NodeIdx,
+    /// Per layer, [`TrainingConfig::fuse_conv_pool`]: for a convolution whose forward node
+    /// computes its mask and its pooling's winners, that pooling; for that pooling, whose forward
+    /// node recomputes the convolution at the winners, the convolution.
+    pub fused_with: Vec<Option<LayerId>>,
     /// Static memory, whose total is `graph.static_bytes()`.
     pub static_memory: StaticMemory,
 }
@@ -334,7 +348,7 @@ impl Network {
         let workspace = |bytes: u64| if config.workspace { bytes } else { 0 };
 
         // Node ids: forward nodes (each followed by its saved state), the loss, backward nodes.
-        let saved_kind: Vec<Option<SavedKind>> = (0..n_layers)
+        let mut saved_kind: Vec<Option<SavedKind>> = (0..n_layers)
             .map(|id| {
                 if op_level && needs[id] {
                     self.saved_kind(id)
@@ -387,6 +401,19 @@ impl Network {
         let mut fused_pool = vec![false; n_layers];
         for p in pooled.iter().flatten() {
             fused_pool[*p] = true;
+        }
+        // Convolution -> pooling computed together in the forward pass: neither has a saved-state
+        // node (the convolution's forward node outputs its mask and the winners).
+        let fused: Vec<Option<LayerId>> = (0..n_layers)
+            .map(|id| pooled[id].filter(|_| config.fuse_conv_pool))
+            .collect();
+        let mut fused_with = fused.clone();
+        for (c, p) in fused.iter().enumerate() {
+            if let Some(p) = *p {
+                fused_with[p] = Some(c);
+                saved_kind[c] = None;
+                saved_kind[p] = None;
+            }
         }
         let mut next = 0;
         let mut forward = vec![0; n_layers];
@@ -459,6 +486,56 @@ impl Network {
         for (id, l) in layers.iter().enumerate() {
             let v = forward[id];
             let ws = workspace(l.op.forward_workspace(&l.input_types, &l.output.shape));
+            if let Some(other) = fused_with[id] {
+                let (c, p) = if fused[id].is_some() {
+                    (id, other)
+                } else {
+                    (other, id)
+                };
+                let (cl, pl) = (&layers[c], &layers[p]);
+                let Op::MaxPool2d(pool) = &pl.op else {
+                    unreachable!("a fused pooling pools (pool_after)")
+                };
+                let window = (pool.pool[0] * pool.pool[1]) as u64;
+                let (ws_conv, ws_pool) = cl.op.fused_pool_workspace(
+                    &cl.input_types,
+                    &cl.output.shape,
+                    &pl.output.shape,
+                    pool.pool,
+                );
+                let out_elems = cl.output.shape.elements();
+                let pooled_elems = pl.output.shape.elements();
+                let spec = if id == c {
+                    // The mask (a bit per output element) and the winners (a byte per window).
+                    NodeSpec {
+                        alternatives: Vec::new(),
+                        id: v as u64,
+                        name: l.name.clone(),
+                        kind: NodeKind::Forward,
+                        cost: l.forward_flops + out_elems as f64 + (pooled_elems * window) as f64,
+                        bytes: out_elems.div_ceil(8) + pooled_elems,
+                        workspace_bytes: workspace(ws_conv),
+                        deps: layer_deps(&l.inputs),
+                    }
+                } else {
+                    // The convolution at each window's winner only, from its input.
+                    let mut deps = layer_deps(&cl.inputs);
+                    deps.push(forward[c] as u64);
+                    NodeSpec {
+                        alternatives: Vec::new(),
+                        id: v as u64,
+                        name: l.name.clone(),
+                        kind: NodeKind::Forward,
+                        cost: cl.forward_flops / window as f64 + pooled_elems as f64,
+                        bytes: l.output_bytes(),
+                        workspace_bytes: workspace(ws_pool),
+                        deps,
+                    }
+                };
+                specs[v] = Some(spec);
+                roles[v] = Some(NodeRole::Forward(id));
+                continue;
+            }
             specs[v] = Some(NodeSpec {
                 alternatives: whole_sample(
                     l.forward_flops,
@@ -551,7 +628,11 @@ impl Network {
             if feeds_loss {
                 upstream.insert(0, GradSource::Loss);
             }
-            let saved = saved_node[id].zip(saved_kind[id]);
+            // A fused convolution's mask is output 0 of its own forward node.
+            let saved = match fused[id] {
+                Some(_) => Some((forward[id], SavedKind::ActivationMask)),
+                None => saved_node[id].zip(saved_kind[id]),
+            };
             let grad_needs = l.op.grad_needs();
             let mut reads = Vec::new();
             // At operator level a max pooling reads its indices, not its input.
@@ -732,7 +813,10 @@ impl Network {
                 reads,
                 saved,
                 weight_node: weight_node[id],
-                pooled: pooled[id].and_then(|p| Some((p, saved_node[p]?))),
+                pooled: match fused[id] {
+                    Some(p) => Some((p, forward[id], 1)),
+                    None => pooled[id].and_then(|p| Some((p, saved_node[p]?, 0))),
+                },
                 sum_masked,
                 input_nodes: input_nodes[id].clone(),
             });
@@ -777,6 +861,7 @@ impl Network {
             roles,
             backward,
             loss_node,
+            fused_with,
             static_memory,
         })
     }

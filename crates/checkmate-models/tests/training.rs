@@ -461,7 +461,7 @@ fn op_level_invariants_hold_for_every_model() {
                             t.backward
                                 .iter()
                                 .flatten()
-                                .any(|b| b.pooled == Some((l, i))),
+                                .any(|b| b.pooled == Some((l, i, 0))),
                             "{m}: {} read by nobody",
                             n.name
                         ),
@@ -650,4 +650,75 @@ fn unet_op_level_concatenation_gradients_are_split() {
         .nodes()
         .iter()
         .any(|n| n.name == "concatenate_2_backward"));
+}
+
+#[test]
+fn fused_convolution_and_pooling_replace_the_pair_only() {
+    let op = TrainingConfig {
+        granularity: Granularity::Op,
+        ..TrainingConfig::default()
+    };
+    let fused = TrainingConfig {
+        fuse_conv_pool: true,
+        ..op.clone()
+    };
+    for &m in MODEL_NAMES {
+        let net = model_by_name(m, &small(m)).unwrap();
+        let t = net.training_graph(&op).unwrap();
+        let f = net.training_graph(&fused).unwrap();
+        // Every convolution whose pooling gradient its kernels form is fused, nothing else.
+        let pooled: Vec<(usize, usize)> = t
+            .backward
+            .iter()
+            .flatten()
+            .filter_map(|b| b.pooled.map(|(p, _, _)| (b.layer, p)))
+            .collect();
+        let pairs: Vec<(usize, usize)> = f
+            .fused_with
+            .iter()
+            .enumerate()
+            .filter_map(|(l, o)| {
+                o.filter(|_| matches!(net.layer(l).op, checkmate_models::Op::Conv2d(_)))
+                    .map(|p| (l, p))
+            })
+            .collect();
+        assert_eq!(pairs, pooled, "{m}");
+        assert_eq!(f.graph.len() + 2 * pairs.len(), t.graph.len(), "{m}");
+        if pairs.is_empty() {
+            assert_eq!(
+                f.graph.to_json(),
+                t.graph.to_json(),
+                "{m}: nothing to fuse, the same graph"
+            );
+            continue;
+        }
+        for &(c, p) in &pairs {
+            assert_eq!(f.fused_with[p], Some(c));
+            let (cv, pv) = (f.forward_node(c), f.forward_node(p));
+            let b = f.backward[c].as_ref().unwrap();
+            // The convolution's backward reads its mask and the winners from its forward node.
+            assert_eq!(b.saved, Some((cv, SavedKind::ActivationMask)), "{m}");
+            assert_eq!(b.pooled, Some((p, cv, 1)), "{m}");
+            // The pooling reads the convolution's input and the winners, at 1 / window the
+            // convolution's cost.
+            assert!(f.graph.preds(pv).contains(&cv), "{m}");
+            let conv_cost = t.graph.node(t.forward_node(c)).cost;
+            assert!(f.graph.node(pv).cost < conv_cost / 3.0, "{m}");
+            assert_eq!(
+                f.graph.node(pv).bytes,
+                t.graph.node(t.forward_node(p)).bytes
+            );
+            // Nothing else reads the convolution's forward node.
+            for i in 0..f.graph.len() {
+                if f.graph.preds(i).contains(&cv) {
+                    assert!(
+                        i == pv || Some(i) == b.weight_node || i == b.node,
+                        "{m}: {} reads {}",
+                        f.graph.label(i),
+                        f.graph.label(cv)
+                    );
+                }
+            }
+        }
+    }
 }
