@@ -112,9 +112,23 @@ impl MaxBatchArgs {
         if sim.peak_bytes > activation {
             return Ok(None);
         }
-        let checkpoint_all_cost = graph.total_cost();
+        // With fused convolutions and poolings the graph computes more than the unfused one:
+        // the overhead counts from the unfused graph, what training without the fusion computes.
+        let unfused = if self.model.fuse_conv_pool {
+            let mut model = self.model.clone();
+            model.batch = Some(batch);
+            model.fuse_conv_pool = false;
+            Some(model.build(name)?)
+        } else {
+            None
+        };
+        let reference = unfused.as_ref().unwrap_or(&graph);
+        let checkpoint_all_cost = reference.total_cost();
         if let Some(extra) = self.max_extra_forwards {
-            let forward: f64 = graph.forward_nodes().map(|i| graph.node(i).cost).sum();
+            let forward: f64 = reference
+                .forward_nodes()
+                .map(|i| reference.node(i).cost)
+                .sum();
             if sim.cost > checkpoint_all_cost + extra * forward + 1e-9 * checkpoint_all_cost {
                 return Ok(None);
             }

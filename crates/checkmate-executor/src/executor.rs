@@ -612,6 +612,10 @@ impl Executor {
                     xs.push(self.tensor(t, regs, batch, step, v)?);
                 }
                 let (y, stats) = self.forward(l, &xs, conv_chunk)?;
+                // Operator level: the ReLU after this layer, over its output (one tensor).
+                if let Some(r) = self.tg.relu_in_place[l] {
+                    k::activation_in_place(&y, self.net.layer(r).op.activation()).ctx(label)?;
+                }
                 if running[l].is_none() {
                     running[l] = stats;
                 }

@@ -34,6 +34,53 @@ pub fn activation_forward(x: &Tensor, act: Activation, axis: usize) -> Result<Te
     }
 }
 
+/// ReLU or ReLU6 applied in place to `y` (operator level, docs/OP_GRAPHS.md "In-place ReLU"):
+/// the same values as [`activation_forward`], no allocation. `y` must own its storage (a fresh
+/// kernel output, not a view of another tensor). Off the CPU, or for other dtypes, an error.
+pub fn activation_in_place(y: &Tensor, act: Activation) -> Result<()> {
+    struct InPlace(Activation);
+    impl candle_core::InplaceOp1 for InPlace {
+        fn name(&self) -> &'static str {
+            "relu-in-place"
+        }
+
+        fn cpu_fwd(
+            &self,
+            storage: &mut candle_core::CpuStorage,
+            layout: &candle_core::Layout,
+        ) -> Result<()> {
+            use candle_core::CpuStorage;
+            let Some((a, b)) = layout.contiguous_offsets() else {
+                candle_core::bail!("relu in place: the tensor is not contiguous")
+            };
+            // As candle's ReLU (`max(v, 0)`) and `activation_forward`'s ReLU6 (a clamp in f64).
+            match (storage, self.0) {
+                (CpuStorage::F32(v), Activation::Relu) => {
+                    v[a..b].iter_mut().for_each(|x| *x = x.max(0f32))
+                }
+                (CpuStorage::F64(v), Activation::Relu) => {
+                    v[a..b].iter_mut().for_each(|x| *x = x.max(0f64))
+                }
+                (CpuStorage::F32(v), Activation::Relu6) => v[a..b]
+                    .iter_mut()
+                    .for_each(|x| *x = (*x as f64).clamp(0.0, 6.0) as f32),
+                (CpuStorage::F64(v), Activation::Relu6) => {
+                    v[a..b].iter_mut().for_each(|x| *x = x.clamp(0.0, 6.0))
+                }
+                (_, act) => candle_core::bail!(
+                    "{} in place: needs f32 or f64 (and ReLU or ReLU6)",
+                    act.name()
+                ),
+            }
+            Ok(())
+        }
+    }
+    if !matches!(y.device(), Device::Cpu) {
+        candle_core::bail!("relu in place: CPU only")
+    }
+    y.inplace_op1(&InPlace(act))
+}
+
 /// Gradient of an activation's input from its output `y` (or input `x` for GELU) and the gradient
 /// `g` of its output.
 pub fn activation_backward(

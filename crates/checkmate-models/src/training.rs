@@ -252,6 +252,12 @@ pub struct TrainingGraph {
     /// computes its mask and its pooling's winners, that pooling; for that pooling, whose forward
     /// node recomputes the convolution at the winners, the convolution.
     pub fused_with: Vec<Option<LayerId>>,
+    /// Operator level, per layer: the standalone ReLU (or ReLU6) applied in place to this
+    /// layer's output, in this layer's forward node (which is then also the ReLU's,
+    /// [`TrainingGraph::forward_node`]): the layer's output is read by that ReLU alone and by no
+    /// gradient rule, so it and the ReLU's output are one tensor (docs/OP_GRAPHS.md, "In-place
+    /// ReLU").
+    pub relu_in_place: Vec<Option<LayerId>>,
     /// Static memory, whose total is `graph.static_bytes()`.
     pub static_memory: StaticMemory,
 }
@@ -335,6 +341,41 @@ impl Network {
         fits.then_some(p)
     }
 
+    /// Operator level: the layer whose output standalone ReLU/ReLU6 `id` may overwrite in place:
+    /// its only input, read by `id` alone, produced by a batch norm, an addition, a linear
+    /// convolution or dense layer, or a max pooling whose backward reads its winners, none of
+    /// which reads its own output to form its gradient; `id` keeps a mask (so its own backward
+    /// does not read the output either), and neither feeds the loss.
+    fn in_place_producer(
+        &self,
+        id: LayerId,
+        saved_kind: &[Option<SavedKind>],
+        fused_with: &[Option<LayerId>],
+    ) -> Option<LayerId> {
+        let l = self.layer(id);
+        let loss = self.loss().input;
+        if !matches!(l.op, Op::Activation(Activation::Relu | Activation::Relu6))
+            || saved_kind[id] != Some(SavedKind::ActivationMask)
+            || id == loss
+        {
+            return None;
+        }
+        let &[TensorRef::Layer(p)] = l.inputs.as_slice() else {
+            return None;
+        };
+        let pl = self.layer(p);
+        let produces = match &pl.op {
+            Op::BatchNorm(_) => true,
+            // (One input: the sum is that input itself, not a tensor of its own.)
+            Op::Add => pl.inputs.len() >= 2,
+            Op::Conv2d(_) | Op::Dense(_) => pl.op.activation() == Activation::Linear,
+            Op::MaxPool2d(_) => saved_kind[p] == Some(SavedKind::PoolIndex),
+            _ => false,
+        };
+        let alone = matches!(self.consumers(p), [(c, 0)] if *c == id);
+        (produces && alone && p != loss && fused_with[p].is_none()).then_some(p)
+    }
+
     /// Builds the training graph: one forward node per layer, the loss, and one backward node per
     /// layer that needs a gradient, with the dependencies and sizes described in docs/MODELS.md;
     /// at [`Granularity::Op`] also the saved-state and parameter-gradient nodes of
@@ -415,12 +456,29 @@ impl Network {
                 saved_kind[p] = None;
             }
         }
+        // A standalone ReLU whose input is read by nothing else, forward or backward: applied in
+        // place in its input's forward node (ReLU -> producer, producer -> ReLU).
+        let mut in_place_of: Vec<Option<LayerId>> = vec![None; n_layers];
+        let mut relu_in_place: Vec<Option<LayerId>> = vec![None; n_layers];
+        if op_level {
+            for (id, l) in layers.iter().enumerate() {
+                if let Some(p) = self.in_place_producer(id, &saved_kind, &fused_with) {
+                    debug_assert!(matches!(l.op, Op::Activation(_)));
+                    in_place_of[id] = Some(p);
+                    relu_in_place[p] = Some(id);
+                }
+            }
+        }
         let mut next = 0;
         let mut forward = vec![0; n_layers];
         let mut saved_node = vec![None; n_layers];
         for id in 0..n_layers {
-            forward[id] = next;
-            next += 1;
+            if let Some(p) = in_place_of[id] {
+                forward[id] = forward[p];
+            } else {
+                forward[id] = next;
+                next += 1;
+            }
             if saved_kind[id].is_some() {
                 saved_node[id] = Some(next);
                 next += 1;
@@ -486,6 +544,27 @@ impl Network {
         for (id, l) in layers.iter().enumerate() {
             let v = forward[id];
             let ws = workspace(l.op.forward_workspace(&l.input_types, &l.output.shape));
+            if in_place_of[id].is_some() {
+                // The producer's node computes it (below); only its mask is a node.
+                if let (Some(s), Some(SavedKind::ActivationMask)) = (saved_node[id], saved_kind[id])
+                {
+                    let out_elems = l.output.shape.elements();
+                    specs[s] = Some(NodeSpec {
+                        alternatives: Vec::new(),
+                        id: s as u64,
+                        name: format!("{}_mask", l.name),
+                        kind: NodeKind::Forward,
+                        cost: out_elems as f64,
+                        bytes: out_elems.div_ceil(8),
+                        workspace_bytes: 0,
+                        deps: vec![v as u64],
+                    });
+                    roles[s] = Some(NodeRole::Saved(id, SavedKind::ActivationMask));
+                }
+                continue;
+            }
+            // The ReLU applied in place to this layer's output, if any.
+            let relu_flops = relu_in_place[id].map_or(0.0, |r| layers[r].forward_flops);
             if let Some(other) = fused_with[id] {
                 let (c, p) = if fused[id].is_some() {
                     (id, other)
@@ -545,7 +624,7 @@ impl Network {
                 id: v as u64,
                 name: l.name.clone(),
                 kind: NodeKind::Forward,
-                cost: l.forward_flops,
+                cost: l.forward_flops + relu_flops,
                 bytes: l.output_bytes(),
                 workspace_bytes: ws,
                 deps: layer_deps(&l.inputs),
@@ -862,6 +941,7 @@ impl Network {
             backward,
             loss_node,
             fused_with,
+            relu_in_place,
             static_memory,
         })
     }

@@ -492,7 +492,19 @@ fn op_level_invariants_hold_for_every_model() {
                 }
             }
         }
-        assert_eq!(g.forward_nodes().count(), net.layers().len() + saved, "{m}");
+        // A ReLU applied in place shares its input's forward node.
+        let in_place = t.relu_in_place.iter().flatten().count();
+        for (p, r) in t.relu_in_place.iter().enumerate() {
+            if let Some(r) = *r {
+                assert_eq!(t.forward_node(p), t.forward_node(r), "{m}");
+                assert_eq!(net.consumers(p), &[(r, 0)], "{m}");
+            }
+        }
+        assert_eq!(
+            g.forward_nodes().count() + in_place,
+            net.layers().len() + saved,
+            "{m}"
+        );
         let plan = Plan::new((0..g.len()).map(Step::Compute).collect());
         let sim = simulate(g, &plan).unwrap_or_else(|e| panic!("{m}: {e}"));
         assert_eq!(sim.cost, g.total_cost());
