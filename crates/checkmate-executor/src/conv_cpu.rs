@@ -874,27 +874,85 @@ fn check_fused(geo: &Geom, [ph, pw]: [usize; 2]) -> Result<()> {
     Ok(())
 }
 
-/// Dot product accumulated in f64 in four lanes (a fixed order for given lengths), rounded
-/// once: closer to the exact sum than any f32 matrix product, so the pooled values differ from
-/// the unfused convolution's by about that product's own rounding.
-#[inline]
-fn dot<T: WithDType>(a: &[T], b: &[T]) -> T {
-    let mut acc = [0f64; 4];
-    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for j in 0..4 {
-            acc[j] += x[j].to_f64() * y[j].to_f64();
-        }
-    }
-    let mut s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    for (x, y) in ra.iter().zip(rb) {
-        s += x.to_f64() * y.to_f64();
-    }
-    T::from_f64(s)
+/// The dot products of [`at_winners`]: a fixed order for given lengths on a given CPU.
+trait Dot: WithDType {
+    fn dot(a: &[Self], b: &[Self]) -> Self;
 }
 
-fn at_winners_typed<T: WithDType>(
+/// Eight lanes, summed pairwise at the end.
+#[inline]
+fn dot_lanes<T: WithDType>(a: &[T], b: &[T]) -> T {
+    let zero = T::from_f64(0.0);
+    let mut acc = [zero; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in ra.iter().zip(rb) {
+        s += *x * *y;
+    }
+    s
+}
+
+impl Dot for f64 {
+    fn dot(a: &[f64], b: &[f64]) -> f64 {
+        dot_lanes(a, b)
+    }
+}
+
+impl Dot for f32 {
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { dot_f32_avx2(a, b) };
+        }
+        dot_lanes(a, b)
+    }
+}
+
+/// Four 8-lane fused multiply-add accumulators (what gemm's kernels use on this CPU), then
+/// the lanes summed in a fixed order and the tail added.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (j, s) in acc.iter_mut().enumerate() {
+            let x = _mm256_loadu_ps(pa.add(i + 8 * j));
+            let y = _mm256_loadu_ps(pb.add(i + 8 * j));
+            *s = _mm256_fmadd_ps(x, y, *s);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        let x = _mm256_loadu_ps(pa.add(i));
+        let y = _mm256_loadu_ps(pb.add(i));
+        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        i += 8;
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut lanes = [0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+    let mut s = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+        + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    while i < n {
+        s = a[i].mul_add(b[i], s);
+        i += 1;
+    }
+    s
+}
+
+fn at_winners_typed<T: Dot>(
     x: &Tensor,
     w: &Tensor,
     bias: Option<&Tensor>,
@@ -949,8 +1007,8 @@ fn at_winners_typed<T: WithDType>(
                                             }
                                             let row = &col[cell * k_len..(cell + 1) * k_len];
                                             let wr = &ws[ch * k_len..(ch + 1) * k_len];
-                                            // The bias added in T, as the epilogue does.
-                                            let mut v = dot(row, wr);
+                                            // The bias added after, as the epilogue does.
+                                            let mut v = T::dot(row, wr);
                                             if let Some(bs) = bs {
                                                 v += bs[ch];
                                             }
@@ -972,7 +1030,8 @@ fn at_winners_typed<T: WithDType>(
 /// The max pooling (non-overlapping `window`s, no padding) of a convolution with a ReLU,
 /// computed at each window's winning cell only (the winners of [`pool_winners`]): `1 / window`
 /// of the convolution's products. Equal to pooling the convolution's output up to rounding (a
-/// dot product per element instead of a matrix product). Scratch: one window's unfolded cells.
+/// dot product per element, fused multiply-adds in eight lanes where the CPU has AVX2 and FMA,
+/// instead of a matrix product). Scratch: one window's unfolded cells per worker.
 pub fn at_winners(
     x: &Tensor,
     w: &Tensor,
