@@ -56,6 +56,8 @@ pub struct LpRound;
 
 /// Reductions of the budget tried for the LP, in order.
 const EPS: &[f64] = &[0.0, 0.1, 0.05, 0.2, 0.3, 0.4, 0.5];
+/// How close to the LP bound `milp`'s incumbent step stops searching (see `plan_lp_round`).
+const NEAR_BOUND: f64 = 0.01;
 /// Randomized roundings per LP solution.
 const RANDOM_SAMPLES: usize = 16;
 /// Plans within budget that the local search starts from.
@@ -442,7 +444,14 @@ pub(crate) fn plan_lp_round(
         // stalls; the restricted MILPs and the exact polish that follow need the rest: on our
         // seed-6 graph the polish reaches the optimum that the search does not).
         if let Some(b) = best.take() {
-            best = Some(if settled(&b) {
+            // For `milp`'s incumbent (an exact model follows, `!fix`) a plan already within
+            // NEAR_BOUND of the larger of the LP bound and the known (stage-cover) bound goes to
+            // the model as it is: there the search's small gains cost seconds that the model's
+            // branch and bound does not need (VGG19 at LF+10%: 2510 rounds in 2.4 s for 0.07%,
+            // which the MILP proves in 0.2 s).
+            let bound = lower_bound.into_iter().chain(known_bound).reduce(f64::max);
+            let near = !fix && bound.is_some_and(|lb| b.cost <= lb * (1.0 + NEAR_BOUND));
+            best = Some(if settled(&b) || near {
                 b
             } else {
                 let now = Instant::now();
