@@ -79,6 +79,11 @@ pub struct ModelArgs {
     /// for 2x2 windows). Less memory, more compute (docs/OP_GRAPHS.md).
     #[arg(long)]
     pub fuse_conv_pool: bool,
+    /// Operator level: a standalone ReLU whose input nothing else reads overwrites that input (one
+    /// tensor for both). Off by default: it saves no peak on the zoo's graphs and the solvers'
+    /// heuristics plan the changed graphs worse (docs/OP_GRAPHS.md).
+    #[arg(long)]
+    pub relu_in_place: bool,
 }
 
 fn parse_granularity(s: &str) -> std::result::Result<Granularity, String> {
@@ -180,6 +185,7 @@ impl ModelArgs {
             workspace: self.workspace,
             granularity,
             fuse_conv_pool: self.fuse_conv_pool,
+            relu_in_place: self.relu_in_place,
         })
     }
 

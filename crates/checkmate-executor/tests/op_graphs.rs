@@ -29,6 +29,14 @@ fn config(granularity: Granularity) -> TrainingConfig {
     }
 }
 
+/// Operator level with ReLUs applied in place.
+fn in_place() -> TrainingConfig {
+    TrainingConfig {
+        relu_in_place: true,
+        ..config(Granularity::Op)
+    }
+}
+
 /// conv-relu twice, a residual add, padded max-pool, a ReLU6, conv, flatten, dense-relu, logits.
 fn small_cnn() -> Network {
     let mut b = NetworkBuilder::new("cnn", Shape::new([2, 2, 7, 7]));
@@ -199,13 +207,16 @@ fn op_graphs_have_masks_indices_and_split_gradients() {
     );
     // conv2, conv3, hidden and logits split (conv1 has no input gradient).
     assert_eq!(count(&|r| matches!(r, NodeRole::WeightGrad(_))), 4);
-    // The ReLU6 overwrites the pooling's output in place: one node for both layers.
+    assert_eq!(tg.graph.len(), layer.graph.len() + 9);
+    assert!(tg.relu_in_place.iter().all(Option::is_none));
+    // With `relu_in_place` the ReLU6 overwrites the pooling's output: one node for both layers.
+    let ip = net.training_graph(&in_place()).unwrap();
     let pool = net.layer_by_name("pool").unwrap();
     let relu6 = net.layer_by_name("relu6").unwrap();
-    assert_eq!(tg.relu_in_place[pool], Some(relu6));
-    assert_eq!(tg.forward_node(pool), tg.forward_node(relu6));
-    assert_eq!(tg.relu_in_place.iter().flatten().count(), 1);
-    assert_eq!(tg.graph.len(), layer.graph.len() + 8);
+    assert_eq!(ip.relu_in_place[pool], Some(relu6));
+    assert_eq!(ip.forward_node(pool), ip.forward_node(relu6));
+    assert_eq!(ip.relu_in_place.iter().flatten().count(), 1);
+    assert_eq!(ip.graph.len(), layer.graph.len() + 8);
     // No input-gradient node reads its layer's input; a mask is an eighth of its tensor.
     for i in 0..tg.graph.len() {
         if let NodeRole::Saved(l, SavedKind::ActivationMask) = tg.role(i) {
@@ -282,6 +293,7 @@ fn op_graphs_train_bitwise_like_layer_graphs() {
         zoo("mobilenet", 2, 32),
         zoo("unet", 1, 64),
     ];
+    let mut in_place_relus = 0;
     for net in nets {
         let (want, losses) = run(&net, Granularity::Layer, None);
         let (got, got_losses) = run(&net, Granularity::Op, None);
@@ -291,7 +303,19 @@ fn op_graphs_train_bitwise_like_layer_graphs() {
             "{}: parameters differ from the layer graph's",
             net.name()
         );
+        // ReLUs in place compute the same values (candle's `max(v, 0)`).
+        in_place_relus += net
+            .training_graph(&in_place())
+            .unwrap()
+            .relu_in_place
+            .iter()
+            .flatten()
+            .count();
+        let (got, got_losses) = run_with(&net, &in_place(), None);
+        assert_eq!(got_losses, losses, "{}: losses differ in place", net.name());
+        assert!(got == want, "{}: parameters differ in place", net.name());
     }
+    assert!(in_place_relus > 20, "only {in_place_relus} ReLUs in place");
 }
 
 #[test]
@@ -400,8 +424,13 @@ fn every_op_node_allocates_what_it_models() {
         zoo("unet", 1, 64),
     ] {
         let name = net.name().to_string();
-        let mut exec =
-            Executor::new(net, &config(Granularity::Op), &Device::Cpu, DType::F32, 1).unwrap();
+        // ResNet50 and MobileNet with their ReLUs in place (no allocation for the ReLU).
+        let cfg = if matches!(net.name().split('-').next(), Some("resnet50" | "mobilenet")) {
+            in_place()
+        } else {
+            config(Granularity::Op)
+        };
+        let mut exec = Executor::new(net, &cfg, &Device::Cpu, DType::F32, 1).unwrap();
         let g = exec.graph().clone();
         let all = Plan::new((0..g.len()).map(Step::Compute).collect());
         // The same steps with every convolution's second kernel (docs/IMPLEMENTATIONS.md).

@@ -98,6 +98,12 @@ pub struct TrainingConfig {
     /// only (`1 / window` of its FLOPs) from the convolution's input and the winners.
     /// docs/OP_GRAPHS.md, "Fused convolution and pooling".
     pub fuse_conv_pool: bool,
+    /// Operator level: a standalone ReLU (or ReLU6) whose input nothing else reads overwrites
+    /// that input in the input's forward node ([`TrainingGraph::relu_in_place`]). Off by
+    /// default: in conv-BN-ReLU and add-ReLU chains it removes a transient the producer's own
+    /// step already exceeds, and `lp-round` plans ResNet50's changed graph worse
+    /// (docs/OP_GRAPHS.md, "In-place ReLU").
+    pub relu_in_place: bool,
 }
 
 impl Default for TrainingConfig {
@@ -109,6 +115,7 @@ impl Default for TrainingConfig {
             workspace: true,
             granularity: Granularity::Layer,
             fuse_conv_pool: false,
+            relu_in_place: false,
         }
     }
 }
@@ -460,7 +467,7 @@ impl Network {
         // place in its input's forward node (ReLU -> producer, producer -> ReLU).
         let mut in_place_of: Vec<Option<LayerId>> = vec![None; n_layers];
         let mut relu_in_place: Vec<Option<LayerId>> = vec![None; n_layers];
-        if op_level {
+        if op_level && config.relu_in_place {
             for (id, l) in layers.iter().enumerate() {
                 if let Some(p) = self.in_place_producer(id, &saved_kind, &fused_with) {
                     debug_assert!(matches!(l.op, Op::Activation(_)));

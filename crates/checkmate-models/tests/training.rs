@@ -425,11 +425,19 @@ fn cost_table_mismatches_are_errors_naming_the_node() {
 
 #[test]
 fn op_level_invariants_hold_for_every_model() {
-    let op = TrainingConfig {
+    let plain = TrainingConfig {
         granularity: Granularity::Op,
         ..TrainingConfig::default()
     };
-    for &m in MODEL_NAMES {
+    let in_place = TrainingConfig {
+        relu_in_place: true,
+        ..plain.clone()
+    };
+    let mut relus_in_place = 0;
+    for (op, m) in [&plain, &in_place]
+        .into_iter()
+        .flat_map(|c| MODEL_NAMES.iter().map(move |m| (c, *m)))
+    {
         let net = model_by_name(m, &small(m)).unwrap();
         let layer = net.training_graph(&TrainingConfig::default()).unwrap();
         let t = net.training_graph(&op).unwrap();
@@ -494,6 +502,8 @@ fn op_level_invariants_hold_for_every_model() {
         }
         // A ReLU applied in place shares its input's forward node.
         let in_place = t.relu_in_place.iter().flatten().count();
+        assert!(op.relu_in_place || in_place == 0, "{m}");
+        relus_in_place += in_place;
         for (p, r) in t.relu_in_place.iter().enumerate() {
             if let Some(r) = *r {
                 assert_eq!(t.forward_node(p), t.forward_node(r), "{m}");
@@ -509,6 +519,8 @@ fn op_level_invariants_hold_for_every_model() {
         let sim = simulate(g, &plan).unwrap_or_else(|e| panic!("{m}: {e}"));
         assert_eq!(sim.cost, g.total_cost());
     }
+    // ResNet50's conv-BN-ReLU and add-ReLU, MobileNet's BN-ReLU6.
+    assert!(relus_in_place > 20, "only {relus_in_place} ReLUs in place");
 }
 
 #[test]
