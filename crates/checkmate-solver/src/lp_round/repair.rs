@@ -246,8 +246,8 @@ const GIVE_UP_MIN: usize = 2500;
 /// (drop one to three random keep runs, or keep a random recomputed tensor from its previous
 /// compute and repair the excess), descend with [`improve`], and move to the result when it costs
 /// no more than the current plan (equal costs let the search cross plateaus); after [`STALL`]
-/// perturbations without a new best it restarts from the best, and after `max(2500, 20 n)` rounds
-/// without one it stops. Returns the best plan seen.
+/// perturbations without a new best it restarts from the best, and after `give_up` rounds
+/// without one (default `max(2500, 20 n)`) it stops. Returns the best plan seen.
 ///
 /// [`improve`] and [`improve_with_swaps`] stop at the first plan no single move improves; on
 /// random layered graphs at tight budgets those local optima were up to 13% above the optimum,
@@ -258,6 +258,7 @@ pub(crate) fn iterated(
     budget: u64,
     deadline: Instant,
     rng: &mut impl rand::Rng,
+    give_up: Option<usize>,
 ) -> Judged {
     let n = graph.len();
     let mut best = start.clone();
@@ -265,7 +266,7 @@ pub(crate) fn iterated(
     let mut stall = 0usize;
     let mut rounds = 0usize;
     let mut last_gain = 0usize;
-    let give_up = GIVE_UP_MIN.max(GIVE_UP_PER_NODE * n);
+    let give_up = give_up.unwrap_or(GIVE_UP_MIN.max(GIVE_UP_PER_NODE * n));
     while Instant::now() < deadline && rounds - last_gain < give_up {
         rounds += 1;
         let mut keeps = cur.keeps.clone();
