@@ -440,7 +440,7 @@ fn op_level_invariants_hold_for_every_model() {
     {
         let net = model_by_name(m, &small(m)).unwrap();
         let layer = net.training_graph(&TrainingConfig::default()).unwrap();
-        let t = net.training_graph(&op).unwrap();
+        let t = net.training_graph(op).unwrap();
         let g = &t.graph;
         assert_eq!(t.granularity, Granularity::Op);
         assert_eq!(g.static_bytes(), layer.graph.static_bytes(), "{m}");
