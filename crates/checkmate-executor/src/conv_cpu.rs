@@ -197,6 +197,29 @@ impl Geom {
         self.fold(col, g, p0, rows, dx);
     }
 
+    /// Every chunk of every sample and group, in order: unfolds the chunk's windows into `col`
+    /// and calls `f(sample, group, p0, rows, col, the group's kernel rows)`.
+    fn each_chunk<T: WithDType>(
+        &self,
+        xs: &[T],
+        ws: &[T],
+        col: &mut [T],
+        mut f: impl FnMut(usize, usize, usize, usize, &[T], &[T]),
+    ) {
+        let (k_len, opg, elem) = (self.window(), self.opg(), T::DTYPE.size_in_bytes());
+        let sample = self.cin * self.h * self.w;
+        for s in 0..self.n {
+            let xn = &xs[s * sample..(s + 1) * sample];
+            for g in 0..self.groups {
+                let wg = &ws[g * opg * k_len..];
+                for (p0, rows) in self.chunks(elem) {
+                    self.unfold(xn, g, p0, rows, col);
+                    f(s, g, p0, rows, col, wg);
+                }
+            }
+        }
+    }
+
     fn chunks(&self, elem: usize) -> impl Iterator<Item = (usize, usize)> {
         let positions = self.oh * self.ow;
         let rows = self.chunk_rows(elem);
@@ -305,27 +328,19 @@ fn forward_typed<T: WithDType>(
     with_slice::<T, _>(x, |xs| {
         with_slice::<T, _>(w, |ws| {
             let mut col = vec![T::from_f64(0.0); geo.chunk_elems(elem)];
-            let sample = geo.cin * geo.h * geo.w;
-            for s in 0..geo.n {
-                let xn = &xs[s * sample..(s + 1) * sample];
-                for g in 0..geo.groups {
-                    let wg = &ws[g * opg * k_len..];
-                    for (p0, rows) in geo.chunks(elem) {
-                        geo.unfold(xn, g, p0, rows, &mut col);
-                        let at = (s * geo.cout + g * opg) * positions + p0;
-                        gemm(
-                            (rows, opg, k_len),
-                            &mut out[at..],
-                            (1, positions),
-                            false,
-                            &col,
-                            (k_len, 1),
-                            wg,
-                            (1, k_len),
-                        );
-                    }
-                }
-            }
+            geo.each_chunk(xs, ws, &mut col, |s, g, p0, rows, col, wg| {
+                let at = (s * geo.cout + g * opg) * positions + p0;
+                gemm(
+                    (rows, opg, k_len),
+                    &mut out[at..],
+                    (1, positions),
+                    false,
+                    col,
+                    (k_len, 1),
+                    wg,
+                    (1, k_len),
+                );
+            });
             Ok(())
         })
     })?;
@@ -777,60 +792,52 @@ fn pool_winners_typed<T: WithDType>(
                 // largest value so far and its cell.
                 let mut best = vec![zero; opg * pow];
                 let mut cell = vec![0u8; opg * pow];
-                let sample = geo.cin * geo.h * geo.w;
-                for s in 0..geo.n {
-                    let xn = &xs[s * sample..(s + 1) * sample];
-                    for g in 0..geo.groups {
-                        let wg = &ws[g * opg * k_len..];
-                        for (p0, rows) in geo.chunks(elem) {
-                            geo.unfold(xn, g, p0, rows, &mut col);
-                            gemm(
-                                (rows, opg, k_len),
-                                &mut buf,
-                                (1, rows),
-                                false,
-                                &col,
-                                (k_len, 1),
-                                wg,
-                                (1, k_len),
-                            );
-                            for o in 0..opg {
-                                let ch = g * opg + o;
-                                let plane = s * geo.cout + ch;
-                                for (r, &raw) in buf[o * rows..(o + 1) * rows].iter().enumerate() {
-                                    // The layer's epilogue, element by element: bias, then ReLU.
-                                    let mut v = raw;
-                                    if let Some(bs) = bs {
-                                        v += bs[ch];
-                                    }
-                                    if v < zero {
-                                        v = zero;
-                                    }
-                                    let p = p0 + r;
-                                    let i = plane * positions + p;
-                                    if v > zero {
-                                        bits[i / 8] |= 1 << (i % 8);
-                                    }
-                                    let (y, xx) = (p / geo.ow, p % geo.ow);
-                                    let (py, px) = (y / ph, xx / pw);
-                                    if py < poh && px < pow {
-                                        // Cells arrive in row-major order within a window: the
-                                        // first maximum wins, as in max pooling.
-                                        let off = (y % ph) * pw + xx % pw;
-                                        let slot = o * pow + px;
-                                        if off == 0 || v > best[slot] {
-                                            best[slot] = v;
-                                            cell[slot] = off as u8;
-                                        }
-                                        if off == ph * pw - 1 {
-                                            winners[(plane * poh + py) * pow + px] = cell[slot];
-                                        }
-                                    }
+                geo.each_chunk(xs, ws, &mut col, |s, g, p0, rows, col, wg| {
+                    gemm(
+                        (rows, opg, k_len),
+                        &mut buf,
+                        (1, rows),
+                        false,
+                        col,
+                        (k_len, 1),
+                        wg,
+                        (1, k_len),
+                    );
+                    for o in 0..opg {
+                        let ch = g * opg + o;
+                        let plane = s * geo.cout + ch;
+                        for (r, &raw) in buf[o * rows..(o + 1) * rows].iter().enumerate() {
+                            // The layer's epilogue, element by element: bias, then ReLU.
+                            let mut v = raw;
+                            if let Some(bs) = bs {
+                                v += bs[ch];
+                            }
+                            if v < zero {
+                                v = zero;
+                            }
+                            let p = p0 + r;
+                            let i = plane * positions + p;
+                            if v > zero {
+                                bits[i / 8] |= 1 << (i % 8);
+                            }
+                            let (y, xx) = (p / geo.ow, p % geo.ow);
+                            let (py, px) = (y / ph, xx / pw);
+                            if py < poh && px < pow {
+                                // Cells arrive in row-major order within a window: the
+                                // first maximum wins, as in max pooling.
+                                let off = (y % ph) * pw + xx % pw;
+                                let slot = o * pow + px;
+                                if off == 0 || v > best[slot] {
+                                    best[slot] = v;
+                                    cell[slot] = off as u8;
+                                }
+                                if off == ph * pw - 1 {
+                                    winners[(plane * poh + py) * pow + px] = cell[slot];
                                 }
                             }
                         }
                     }
-                }
+                });
                 Ok(())
             })
         })
