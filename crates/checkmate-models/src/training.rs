@@ -551,27 +551,6 @@ impl Network {
         for (id, l) in layers.iter().enumerate() {
             let v = forward[id];
             let ws = workspace(l.op.forward_workspace(&l.input_types, &l.output.shape));
-            if in_place_of[id].is_some() {
-                // The producer's node computes it (below); only its mask is a node.
-                if let (Some(s), Some(SavedKind::ActivationMask)) = (saved_node[id], saved_kind[id])
-                {
-                    let out_elems = l.output.shape.elements();
-                    specs[s] = Some(NodeSpec {
-                        alternatives: Vec::new(),
-                        id: s as u64,
-                        name: format!("{}_mask", l.name),
-                        kind: NodeKind::Forward,
-                        cost: out_elems as f64,
-                        bytes: out_elems.div_ceil(8),
-                        workspace_bytes: 0,
-                        deps: vec![v as u64],
-                    });
-                    roles[s] = Some(NodeRole::Saved(id, SavedKind::ActivationMask));
-                }
-                continue;
-            }
-            // The ReLU applied in place to this layer's output, if any.
-            let relu_flops = relu_in_place[id].map_or(0.0, |r| layers[r].forward_flops);
             if let Some(other) = fused_with[id] {
                 let (c, p) = if fused[id].is_some() {
                     (id, other)
@@ -622,21 +601,26 @@ impl Network {
                 roles[v] = Some(NodeRole::Forward(id));
                 continue;
             }
-            specs[v] = Some(NodeSpec {
-                alternatives: whole_sample(
-                    l.forward_flops,
-                    ws,
-                    l.op.whole_sample_extra(&l.input_types, &l.output.shape, false, false),
-                ),
-                id: v as u64,
-                name: l.name.clone(),
-                kind: NodeKind::Forward,
-                cost: l.forward_flops + relu_flops,
-                bytes: l.output_bytes(),
-                workspace_bytes: ws,
-                deps: layer_deps(&l.inputs),
-            });
-            roles[v] = Some(NodeRole::Forward(id));
+            // A ReLU applied in place is computed by its producer's node (which `v` is); only its
+            // mask, below, is a node of its own.
+            if in_place_of[id].is_none() {
+                let relu_flops = relu_in_place[id].map_or(0.0, |r| layers[r].forward_flops);
+                specs[v] = Some(NodeSpec {
+                    alternatives: whole_sample(
+                        l.forward_flops,
+                        ws,
+                        l.op.whole_sample_extra(&l.input_types, &l.output.shape, false, false),
+                    ),
+                    id: v as u64,
+                    name: l.name.clone(),
+                    kind: NodeKind::Forward,
+                    cost: l.forward_flops + relu_flops,
+                    bytes: l.output_bytes(),
+                    workspace_bytes: ws,
+                    deps: layer_deps(&l.inputs),
+                });
+                roles[v] = Some(NodeRole::Forward(id));
+            }
             if let (Some(s), Some(kind)) = (saved_node[id], saved_kind[id]) {
                 let out_elems = l.output.shape.elements();
                 let (name, bytes, deps, cost) = match kind {
