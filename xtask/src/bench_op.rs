@@ -43,6 +43,7 @@ pub const END: &str = "<!-- op-graphs:end -->";
 
 /// One model at MONeT's size, with MONeT's reported point (its memory over PyTorch's, and its
 /// compute overhead).
+#[derive(Clone, Copy)]
 struct Spec {
     model: &'static str,
     batch: usize,
@@ -65,15 +66,6 @@ const SPECS: &[Spec] = &[
         monet_overhead: 0.091,
         target: (0.39, Some(0.10)),
         fused: false,
-    },
-    Spec {
-        model: "vgg16",
-        batch: 176,
-        image: Some(224),
-        monet_ratio: 5.51 / 14.12,
-        monet_overhead: 0.091,
-        target: (0.39, Some(0.10)),
-        fused: true,
     },
     Spec {
         model: "resnet50",
@@ -102,16 +94,24 @@ const SPECS: &[Spec] = &[
         target: (0.35, Some(0.12)),
         fused: false,
     },
-    Spec {
-        model: "unet",
-        batch: 11,
-        image: None,
-        monet_ratio: 5.01 / 14.32,
-        monet_overhead: 0.115,
-        target: (0.35, Some(0.12)),
-        fused: true,
-    },
 ];
+
+/// Models with a convolution that a max pooling alone follows: their operator graphs run a second
+/// time with `--fuse-conv-pool` (ResNet50's and MobileNet's would be unchanged).
+const FUSED_MODELS: &[&str] = &["vgg16", "unet"];
+
+/// [`SPECS`], each followed by its fused variant where [`FUSED_MODELS`] has it.
+fn specs() -> Vec<Spec> {
+    SPECS
+        .iter()
+        .flat_map(|s| {
+            let fused = FUSED_MODELS
+                .contains(&s.model)
+                .then_some(Spec { fused: true, ..*s });
+            std::iter::once(*s).chain(fused)
+        })
+        .collect()
+}
 
 impl Spec {
     /// The model and batch, and whether fused.
@@ -172,34 +172,6 @@ const TRAIN: &[(&str, &[&str])] = &[
     (
         "unet 128x128, batch 2",
         &["--model", "unet", "--image-size", "128", "--batch", "2"],
-    ),
-    (
-        "vgg16 64x64, 512-unit classifier, batch 16, fused conv-pool",
-        &[
-            "--model",
-            "vgg16",
-            "--image-size",
-            "64",
-            "--width",
-            "512",
-            "--classes",
-            "10",
-            "--batch",
-            "16",
-            "--fuse-conv-pool",
-        ],
-    ),
-    (
-        "unet 128x128, batch 2, fused conv-pool",
-        &[
-            "--model",
-            "unet",
-            "--image-size",
-            "128",
-            "--batch",
-            "2",
-            "--fuse-conv-pool",
-        ],
     ),
 ];
 
@@ -413,8 +385,8 @@ pub fn run(args: &[String]) -> Result<()> {
         batches = v["batches"].as_str().unwrap_or_default().to_string();
         predicted_meta = v["meta"].as_str().unwrap_or_default().to_string();
     }
-    let specs: &[Spec] = if a.train_only { &[] } else { SPECS };
-    for spec in specs {
+    let specs = if a.train_only { Vec::new() } else { specs() };
+    for spec in &specs {
         let layer = graph(spec, Granularity::Layer)?;
         let op = graph(spec, Granularity::Op)?;
         let path = dir.join(format!(
@@ -574,8 +546,26 @@ pub fn run(args: &[String]) -> Result<()> {
     // Real training steps.
     let mut train = String::new();
     let train_fractions: &[f64] = if a.quick { &[0.6] } else { &[0.6, 0.45, 0.35] };
-    for (label, flags) in TRAIN {
-        let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+    // Each size as it is, then fused where FUSED_MODELS has the model.
+    let unfused = TRAIN.iter().map(|&(label, flags)| (label, flags, false));
+    let fused = TRAIN
+        .iter()
+        .filter(|(_, flags)| {
+            flags
+                .windows(2)
+                .any(|w| w[0] == "--model" && FUSED_MODELS.contains(&w[1]))
+        })
+        .map(|&(label, flags)| (label, flags, true));
+    for (label, flags, fuse) in unfused.chain(fused) {
+        let mut flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+        if fuse {
+            flags.push("--fuse-conv-pool".into());
+        }
+        let label = if fuse {
+            format!("{label}, fused conv-pool")
+        } else {
+            label.to_string()
+        };
         // The layer graph's checkpoint-all total at this size, from the library.
         let get = |k: &str| -> Option<&str> {
             flags
