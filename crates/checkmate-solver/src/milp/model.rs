@@ -61,6 +61,54 @@ pub(crate) struct Model {
     /// Cost per objective unit: costs are divided by this power of two so that HiGHS sees at most
     /// about 1e4 (fcn_8_vgg's costs reach 1e13, and its LP then did not solve in time).
     pub(crate) cost_scale: f64,
+    /// Rows without columns that hold are left out ([`Model::build_fixed`]).
+    pub(crate) drop_empty_rows: bool,
+}
+
+/// Values fixed in advance for some `R[t, i]` and `S[t, i]` ([`Model::build_fixed`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Fixings {
+    n: usize,
+    /// Per `t * n + i`: 0 free, 1 fixed to 0, 2 fixed to 1.
+    r: Vec<u8>,
+    s: Vec<u8>,
+}
+
+impl Fixings {
+    /// Nothing fixed, for a graph of `n` nodes.
+    pub(crate) fn none(n: usize) -> Fixings {
+        Fixings {
+            n,
+            r: vec![0; n * n],
+            s: vec![0; n * n],
+        }
+    }
+
+    /// Fixes `R[t, i]` (`s`: `S[t, i]`) to `value`.
+    pub(crate) fn fix(&mut self, s: bool, t: usize, i: usize, value: bool) {
+        let v = if s { &mut self.s } else { &mut self.r };
+        v[t * self.n + i] = 1 + value as u8;
+    }
+
+    /// How many variables are fixed.
+    pub(crate) fn count(&self) -> usize {
+        self.r.iter().chain(&self.s).filter(|&&v| v != 0).count()
+    }
+
+    fn get(v: &[u8], k: usize) -> Option<bool> {
+        match v[k] {
+            0 => None,
+            x => Some(x == 2),
+        }
+    }
+
+    fn r(&self, t: usize, i: usize) -> Option<bool> {
+        Fixings::get(&self.r, t * self.n + i)
+    }
+
+    fn s(&self, t: usize, i: usize) -> Option<bool> {
+        Fixings::get(&self.s, t * self.n + i)
+    }
 }
 
 /// A row under construction: terms over columns plus a constant from fixed variables.
@@ -210,13 +258,39 @@ impl Model {
 
     /// [`Model::build`] with `scale` bytes per memory unit (models of one graph at several budgets
     /// then differ only in bounds; see [`memory_scale`]).
-    #[allow(clippy::needless_range_loop)] // (t, i) indexing mirrors the paper's notation
     pub(crate) fn build_at_scale(
         graph: &Graph,
         budget: BudgetMode,
         formulation: Formulation,
         integer: bool,
         scale: f64,
+    ) -> Model {
+        Model::build_inner(graph, budget, formulation, integer, scale, None)
+    }
+
+    /// The default formulation's MILP at `budget` bytes with `scale` bytes per memory unit, its
+    /// `R` and `S` fixed as `fixings` says: a fixed variable is a constant, not a column, and a
+    /// row left without columns is dropped (a violated one is kept, for HiGHS to call the model
+    /// infeasible). Reduced-cost fixing ([`crate::lp_round`]) builds its model this way.
+    pub(crate) fn build_fixed(graph: &Graph, budget: u64, scale: f64, fixings: &Fixings) -> Model {
+        Model::build_inner(
+            graph,
+            BudgetMode::Bytes(budget),
+            Formulation::Fast,
+            true,
+            scale,
+            Some(fixings),
+        )
+    }
+
+    #[allow(clippy::needless_range_loop)] // (t, i) indexing mirrors the paper's notation
+    fn build_inner(
+        graph: &Graph,
+        budget: BudgetMode,
+        formulation: Formulation,
+        integer: bool,
+        scale: f64,
+        fixings: Option<&Fixings>,
     ) -> Model {
         let n = graph.len();
         let facts = Facts::of(graph);
@@ -242,8 +316,11 @@ impl Model {
             scale,
             r: vec![Var::Zero; n * n],
             s: vec![Var::Zero; n * n],
+            drop_empty_rows: fixings.is_some(),
             ..Model::default()
         };
+        // The cost of the computes fixed to 1.
+        let mut fixed_cost = 0.0;
         let budget_units = match budget {
             BudgetMode::Bytes(b) => Some(b as f64 / scale),
             BudgetMode::MinPeak { .. } => None,
@@ -292,20 +369,35 @@ impl Model {
                 m.r[t * n + t] = Var::One;
                 for i in 0..t {
                     if useful[i] {
-                        let c = m.add_col(
-                            ColKind::R(t as u32, i as u32),
-                            obj_r * graph.node(i).cost / cost_scale,
-                            0.0,
-                            1.0,
-                            integer,
-                        );
-                        m.r[t * n + i] = Var::Col(c);
+                        m.r[t * n + i] = match fixings.and_then(|f| f.r(t, i)) {
+                            Some(false) => Var::Zero,
+                            Some(true) => {
+                                fixed_cost += graph.node(i).cost;
+                                Var::One
+                            }
+                            None => Var::Col(m.add_col(
+                                ColKind::R(t as u32, i as u32),
+                                obj_r * graph.node(i).cost / cost_scale,
+                                0.0,
+                                1.0,
+                                integer,
+                            )),
+                        };
                     }
                 }
                 for i in 0..t {
                     if facts.keep_useful(t, i) {
-                        let c = m.add_col(ColKind::S(t as u32, i as u32), 0.0, 0.0, 1.0, integer);
-                        m.s[t * n + i] = Var::Col(c);
+                        m.s[t * n + i] = match fixings.and_then(|f| f.s(t, i)) {
+                            Some(false) => Var::Zero,
+                            Some(true) => Var::One,
+                            None => Var::Col(m.add_col(
+                                ColKind::S(t as u32, i as u32),
+                                0.0,
+                                0.0,
+                                1.0,
+                                integer,
+                            )),
+                        };
                     }
                 }
             }
@@ -313,7 +405,7 @@ impl Model {
         if !paper && peak.is_none() {
             // The fixed R[t, t] = 1: a constant column carries their cost so that HiGHS's
             // objective (and relative gap) is the schedule's cost.
-            let offset: f64 = graph.nodes().iter().map(|x| x.cost).sum();
+            let offset: f64 = graph.nodes().iter().map(|x| x.cost).sum::<f64>() + fixed_cost;
             m.add_col(ColKind::Constant, offset / cost_scale, 1.0, 1.0, false);
         }
 
@@ -636,6 +728,14 @@ impl Model {
     }
 
     fn add_row(&mut self, e: Expr, lo: f64, hi: f64) {
+        const TOL: f64 = 1e-9;
+        if self.drop_empty_rows
+            && e.terms.is_empty()
+            && lo - TOL <= e.constant
+            && e.constant <= hi + TOL
+        {
+            return;
+        }
         if self.row_start.is_empty() {
             self.row_start.push(0);
         }

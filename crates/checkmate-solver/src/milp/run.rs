@@ -53,6 +53,9 @@ pub(crate) struct RunResult {
     pub(crate) objective: Option<f64>,
     /// Proven lower bound on the objective (MIP dual bound or LP optimum).
     pub(crate) dual_bound: Option<f64>,
+    /// An LP solved to optimality: each column's reduced cost, in the model's objective units
+    /// (divided by `cost_scale`), for reduced-cost fixing.
+    pub(crate) reduced_costs: Option<Vec<f64>>,
 }
 
 /// HiGHS does not support concurrent solves in one process (its task scheduler is global; see
@@ -138,6 +141,7 @@ fn timed_out() -> RunResult {
         x: None,
         objective: None,
         dual_bound: None,
+        reduced_costs: None,
     }
 }
 
@@ -528,7 +532,14 @@ fn solve_and_read(
         .map_err(|e| solver_error(opts.strategy, format!("HiGHS failed: {e:?}")))?;
     let status = solved.status();
     let has_solution = solved.primal_solution_status() == HighsSolutionStatus::Feasible;
-    let x = has_solution.then(|| solved.get_solution().columns()[..model.num_cols()].to_vec());
+    let solution = has_solution.then(|| solved.get_solution());
+    let x = solution
+        .as_ref()
+        .map(|s| s.columns()[..model.num_cols()].to_vec());
+    let reduced_costs = solution
+        .as_ref()
+        .filter(|_| !is_mip && status == HighsModelStatus::Optimal)
+        .map(|s| s.dual_columns()[..model.num_cols()].to_vec());
     // Back to cost units (the model's objective is divided by `cost_scale`).
     let objective = has_solution.then(|| solved.objective_value() * model.cost_scale);
     let dual_bound = if is_mip {
@@ -565,6 +576,7 @@ fn solve_and_read(
             x,
             objective,
             dual_bound,
+            reduced_costs,
         },
         solved,
     ))
