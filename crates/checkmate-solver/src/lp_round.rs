@@ -701,6 +701,29 @@ fn rc_fixed_milp(
             free += 1;
         }
     }
+    // The memory limit: where the whole MILP would not fit, the fixed one must, estimated as the
+    // whole one's share of free binaries.
+    let binaries = free + fixings.count();
+    if let Some(Limit::Memory {
+        model_bytes,
+        limit_bytes,
+    }) = crate::milp::model_over_memory(graph, Formulation::Fast, true, options)
+    {
+        let need = model_bytes as f64 * free as f64 / binaries.max(1) as f64;
+        if need > limit_bytes as f64 {
+            tracing::debug!(
+                need,
+                limit_bytes,
+                free,
+                "reduced-cost-fixed MILP over the memory limit"
+            );
+            return Ok(RcFixed {
+                plan: None,
+                optimal: false,
+                lower_bound: None,
+            });
+        }
+    }
     let fixed = Arc::new(Model::build_fixed(graph, budget, model.scale, &fixings));
     let warm_start = warm::warm_vector(graph, &fixed, &best.schedule);
     tracing::debug!(

@@ -646,8 +646,7 @@ impl Strategy for Milp {
                 },
                 lower_bound: bound.map(|b| inc.as_ref().map_or(b, |i| b.min(i.cost))),
                 plan: inc.map(|b| b.plan),
-                // A proven optimum was not stopped by anything.
-                limit: (!optimal).then_some(limit),
+                limit: Some(limit),
             });
         }
         let mut incumbent = if options.warm_start {
