@@ -745,7 +745,9 @@ fn rc_fixed_milp(
         seed: options.seed,
         cutoff: None,
         strategy: NAME,
-        presolve: true,
+        // As `milp` decides for its own models: small default-formulation models are solved
+        // without HiGHS's presolve (`milp::SMALL_MODEL_ROWS`).
+        presolve: fixed.num_rows() >= crate::milp::SMALL_MODEL_ROWS,
     };
     let mut res = run::run(&fixed, &opts)?;
     let judge = |res: &run::RunResult| {

@@ -212,7 +212,7 @@ const CUTOFF_GAPS: &[f64] = &[0.0075, 0.02];
 /// models (23k-26k rows) it was faster on fcn_8_vgg and SegNet but much slower on vgg_unet
 /// (LF+10%: 59 s -> 83 s), so it stays on there. The paper formulation keeps HiGHS's defaults
 /// (presolve off did not help it there either: 7.97 s against 7.86 s, geometric mean of the six).
-const SMALL_MODEL_ROWS: usize = 15_000;
+pub(crate) const SMALL_MODEL_ROWS: usize = 15_000;
 /// No cutoff search when the incumbent costs more than this times the LP bound.
 const WEAK_BOUND: f64 = 1.25;
 
