@@ -624,7 +624,7 @@ fn exact_polish(
         plan: b.plan.clone(),
         cost: b.cost,
     });
-    let res = crate::milp::solve_milp(graph, budget, &opts, incumbent, None)?;
+    let res = crate::milp::solve_milp(graph, budget, &opts, incumbent, None, None)?;
     tracing::debug!(status = ?res.status, cost = ?res.best.as_ref().map(|b| b.cost), "lp-round: exact polish");
     let improved = |c: f64| best.map_or(true, |b| c < b.cost);
     Ok(match (res.status, res.best) {
@@ -724,72 +724,39 @@ fn rc_fixed_milp(
             });
         }
     }
-    let fixed = Arc::new(Model::build_fixed(graph, budget, model.scale, &fixings));
-    let warm_start = warm::warm_vector(graph, &fixed, &best.schedule);
     tracing::debug!(
         gap = gap * model.cost_scale,
         fixed = fixings.count(),
         free,
-        cols = fixed.num_cols(),
-        rows = fixed.num_rows(),
-        warm = warm_start.is_some(),
         "reduced-cost fixing"
     );
-    let had_start = warm_start.is_some();
-    let deadline = Instant::now() + limit;
-    let mut opts = RunOptions {
-        time_limit: Some(limit),
-        mip_gap: options.mip_gap,
-        threads: options.threads,
-        warm_start,
-        seed: options.seed,
-        cutoff: None,
-        strategy: NAME,
-        // As `milp` decides for its own models: small default-formulation models are solved
-        // without HiGHS's presolve (`milp::SMALL_MODEL_ROWS`).
-        presolve: fixed.num_rows() >= crate::milp::SMALL_MODEL_ROWS,
+    let mut opts = options.clone();
+    opts.time_limit = Some(limit);
+    let incumbent = crate::milp::Incumbent {
+        schedule: best.schedule.clone(),
+        plan: best.plan.clone(),
+        cost: best.cost,
     };
-    let mut res = run::run(&fixed, &opts)?;
-    let judge = |res: &run::RunResult| {
-        res.x
-            .as_ref()
-            .and_then(|x| Judged::of(graph, warm::keeps_of_solution(&fixed, x), budget))
-            .filter(|j| j.peak <= budget)
-    };
-    let mut plan = judge(&res);
-    // HiGHS can report an objective below the solution it returns when presolve alone solves
-    // the model (docs/FORMULATION.md, "HiGHS's presolve"): the proof would then be of a
-    // plan nobody has. Once more without presolve, else no proof.
-    let slack = |o: f64| options.mip_gap.max(0.0) * o.abs() + 1e-6 * (1.0 + o.abs());
-    let mismatch = |res: &run::RunResult, plan: &Option<Judged>| {
-        let found = plan.as_ref().map_or(best.cost, |j| j.cost.min(best.cost));
-        res.status == run::RunStatus::Optimal && res.objective.is_some_and(|o| found > o + slack(o))
-    };
-    if mismatch(&res, &plan) {
-        tracing::debug!(objective = ?res.objective, "reduced-cost-fixed MILP: objective without a plan; again without presolve");
-        opts.presolve = false;
-        opts.time_limit = Some(deadline.saturating_duration_since(Instant::now()));
-        res = run::run(&fixed, &opts)?;
-        plan = judge(&res);
-    }
-    tracing::debug!(status = ?res.status, objective = ?res.objective, bound = ?res.dual_bound, "reduced-cost-fixed MILP");
-    // Optimal: no plan of the restriction beats HiGHS's (within the MIP gap), which is `best` or
-    // the plan found; infeasible (possible only without a start): none beats `best`. The
-    // restriction holds every plan cheaper than `best`, so the best of the two is optimal.
+    let res = crate::milp::solve_milp(graph, budget, &opts, Some(incumbent), None, Some(&fixings))?;
+    tracing::debug!(status = ?res.status, bound = ?res.lower_bound, "reduced-cost-fixed MILP");
+    // Optimal: no plan of the restriction beats the one returned (within the MIP gap), which is
+    // `best` or a cheaper one; infeasible where `best` is not a point of the restriction: no plan
+    // of it at all. The restriction holds every plan cheaper than `best`, so either proves the
+    // best of the two optimal.
     let optimal = match res.status {
-        run::RunStatus::Optimal => !mismatch(&res, &plan),
-        run::RunStatus::Infeasible => !had_start,
+        run::RunStatus::Optimal => true,
+        run::RunStatus::Infeasible => !res.incumbent_fits,
         run::RunStatus::TimeLimit => false,
     };
-    let lower_bound = res
-        .dual_bound
-        .filter(|_| !mismatch(&res, &plan))
-        .map(|d| d.min(best.cost));
-    let plan = plan.filter(|j| j.cost < best.cost);
+    let plan = res
+        .best
+        .filter(|b| b.cost < best.cost)
+        .and_then(|b| Judged::of(graph, warm::keeps_of_plan(graph, &b.plan), budget))
+        .filter(|j| j.peak <= budget);
     Ok(RcFixed {
         plan,
         optimal,
-        lower_bound,
+        lower_bound: res.lower_bound.map(|d| d.min(best.cost)),
     })
 }
 

@@ -206,12 +206,15 @@ pub(crate) fn model_too_large(
 
 /// Relative gaps above the LP bound tried as cutoffs before the plain solve (see [`Milp`]).
 const CUTOFF_GAPS: &[f64] = &[0.0075, 0.02];
-/// Default-formulation MILPs with fewer rows than this are solved without HiGHS's presolve. On
-/// VGG16 and VGG19 (8.8k and 11.4k rows) its probing took half of a solve that is proven at the
-/// root either way (presolve off: 1.5x faster on all six of their bench instances); on the larger
-/// models (23k-26k rows) it was faster on fcn_8_vgg and SegNet but much slower on vgg_unet
-/// (LF+10%: 59 s -> 83 s), so it stays on there. The paper formulation keeps HiGHS's defaults
-/// (presolve off did not help it there either: 7.97 s against 7.86 s, geometric mean of the six).
+/// MILPs with fewer rows than this are solved without HiGHS's presolve, in both formulations.
+/// On VGG16 and VGG19 (8.8k and 11.4k rows) its probing took half of a default-formulation solve
+/// that is proven at the root either way (presolve off: 1.5x faster on all six of their bench
+/// instances); on the larger models (23k-26k rows) it was faster on fcn_8_vgg and SegNet but much
+/// slower on vgg_unet (LF+10%: 59 s -> 83 s), so it stays on there. The paper formulation took
+/// 7.97 s against 7.86 s without it (geometric mean of the six), and HiGHS 1.16's presolve gets
+/// some small paper-formulation models wrong in a way no check after the solve can see: given a
+/// start, it reported the start optimal above the optimum (`tests/data/highs/`,
+/// docs/FORMULATION.md "HiGHS's presolve"), so it follows the same rule.
 pub(crate) const SMALL_MODEL_ROWS: usize = 15_000;
 /// No cutoff search when the incumbent costs more than this times the LP bound.
 const WEAK_BOUND: f64 = 1.25;
@@ -222,6 +225,9 @@ pub(crate) struct MilpResult {
     pub(crate) best: Option<Incumbent>,
     pub(crate) status: RunStatus,
     pub(crate) lower_bound: Option<f64>,
+    /// Whether the incumbent given is a point of the model (what "infeasible" then means: no plan
+    /// at all, or none but the incumbent's where it is not).
+    pub(crate) incumbent_fits: bool,
 }
 
 fn remaining(start: Instant, limit: Option<Duration>) -> Option<Duration> {
@@ -229,13 +235,15 @@ fn remaining(start: Instant, limit: Option<Duration>) -> Option<Duration> {
 }
 
 /// Solves the MILP at `budget` and returns the best simulated plan within budget (the solver's or
-/// the incumbent's).
+/// the incumbent's). With `fixings` it solves the default formulation's restriction with those
+/// `R` and `S` fixed ([`Model::build_fixed`]), whatever `options.formulation` says.
 pub(crate) fn solve_milp(
     graph: &Graph,
     budget: u64,
     options: &SolveOptions,
     incumbent: Option<Incumbent>,
     cutoff: Option<f64>,
+    fixings: Option<&model::Fixings>,
 ) -> Result<MilpResult> {
     let start = Instant::now();
     let mut model_budget = budget;
@@ -245,25 +253,37 @@ pub(crate) fn solve_milp(
     let mut use_presolve = true;
     for attempt in 0..4 {
         let t0 = Instant::now();
-        let model = Arc::new(Model::build(
-            graph,
-            BudgetMode::Bytes(model_budget),
-            options.formulation,
-            true,
-        ));
+        let model = Arc::new(match fixings {
+            Some(f) => Model::build_fixed(
+                graph,
+                model_budget,
+                model::memory_scale(graph, model_budget),
+                f,
+            ),
+            None => Model::build(
+                graph,
+                BudgetMode::Bytes(model_budget),
+                options.formulation,
+                true,
+            ),
+        });
         tracing::debug!(
             attempt,
             formulation = ?options.formulation,
+            fixed = fixings.map(|f| f.count()),
             cols = model.num_cols(),
             ints = model.num_int(),
             rows = model.num_rows(),
             seconds = t0.elapsed().as_secs_f64(),
             "built MILP"
         );
-        let warm_start = best
+        let fitting = best
             .as_ref()
-            .filter(|b| use_warm && cutoff.map_or(true, |c| b.cost < c))
             .and_then(|b| warm::warm_vector(graph, &model, &b.schedule));
+        let incumbent_fits = fitting.is_some();
+        let warm_start = fitting.filter(|_| {
+            use_warm && cutoff.map_or(true, |c| best.as_ref().is_some_and(|b| b.cost < c))
+        });
         if let Some(w) = warm_start
             .as_ref()
             .filter(|_| tracing::enabled!(tracing::Level::DEBUG))
@@ -274,7 +294,7 @@ pub(crate) fn solve_milp(
             }
         }
         let warm_passed = warm_start.is_some();
-        if best.is_some() && warm_start.is_none() {
+        if best.is_some() && !incumbent_fits {
             tracing::debug!("the incumbent does not fit the model's memory count; not passed");
         }
         let opts = RunOptions {
@@ -285,10 +305,8 @@ pub(crate) fn solve_milp(
             seed: options.seed,
             cutoff,
             strategy: NAME,
-            // Small default-formulation models skip HiGHS's presolve (see SMALL_MODEL_ROWS).
-            presolve: use_presolve
-                && (options.formulation == Formulation::Paper
-                    || model.num_rows() >= SMALL_MODEL_ROWS),
+            // Small models skip HiGHS's presolve (see SMALL_MODEL_ROWS).
+            presolve: use_presolve && model.num_rows() >= SMALL_MODEL_ROWS,
         };
         let res = run::run(&model, &opts)?;
         let lower_bound = res.dual_bound.map(|b| b.max(0.0));
@@ -297,6 +315,7 @@ pub(crate) fn solve_milp(
                 best,
                 status: res.status,
                 lower_bound,
+                incumbent_fits,
             });
         };
         let keeps = warm::keeps_of_solution(&model, x);
@@ -336,6 +355,7 @@ pub(crate) fn solve_milp(
                 best,
                 status: res.status,
                 lower_bound,
+                incumbent_fits,
             });
         }
         // Only floating-point tolerance can get here: tighten and solve again.
@@ -351,6 +371,7 @@ pub(crate) fn solve_milp(
                 best,
                 status: RunStatus::TimeLimit,
                 lower_bound: None,
+                incumbent_fits,
             });
         }
     }
@@ -358,6 +379,7 @@ pub(crate) fn solve_milp(
         best,
         status: RunStatus::TimeLimit,
         lower_bound: None,
+        incumbent_fits: false,
     })
 }
 
@@ -722,7 +744,7 @@ impl Strategy for Milp {
                 let mut opts = options.clone();
                 let share = if k == 0 { 0.2 } else { 0.3 };
                 opts.time_limit = remaining(start, options.time_limit).map(|d| d.mul_f64(share));
-                let res = solve_milp(graph, budget_bytes, &opts, None, Some(c))?;
+                let res = solve_milp(graph, budget_bytes, &opts, None, Some(c), None)?;
                 tracing::debug!(c, status = ?res.status, cost = ?res.best.as_ref().map(|b| b.cost), "cutoff try");
                 match (res.status, res.best) {
                     (RunStatus::Optimal, Some(b)) if b.cost < c => {
@@ -775,7 +797,7 @@ impl Strategy for Milp {
         // The time limit covers the heuristics too.
         let mut rest = options.clone();
         rest.time_limit = remaining(start, options.time_limit);
-        let mut res = solve_milp(graph, budget_bytes, &rest, incumbent, None)?;
+        let mut res = solve_milp(graph, budget_bytes, &rest, incumbent, None, None)?;
         if let (Some(p), Some(l)) = (proven_lb, res.lower_bound) {
             res.lower_bound = Some(l.max(p));
         }
