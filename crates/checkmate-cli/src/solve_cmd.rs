@@ -172,8 +172,13 @@ pub fn run(args: SolveArgs) -> Result<()> {
                 format_bytes(rss)
             );
         }
-        if let Some(l) = solution.limit {
-            println!("stopped by   {l}");
+        match solution.limit {
+            // Beside a proven optimum the limit only says which model was not built or run.
+            Some(l) if solution.status == checkmate_solver::Status::Optimal => {
+                println!("exact model  not used ({l}); optimality proven without it")
+            }
+            Some(l) => println!("stopped by   {l}"),
+            None => {}
         }
         if let Some(p) = &args.plan_out {
             println!("plan         {}", p.display());
