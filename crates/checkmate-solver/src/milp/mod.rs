@@ -557,7 +557,9 @@ pub(crate) fn least_feasible_with_plan(
         seed: options.seed,
         cutoff: None,
         strategy: NAME,
-        presolve: true,
+        // An "optimal" here is a proof, and HiGHS's presolve has returned a start as optimal on
+        // small models (see SMALL_MODEL_ROWS): the same rule as the cost MILPs.
+        presolve: model.num_rows() >= SMALL_MODEL_ROWS,
     };
     let res = run::run(&model, &opts)?;
     if let Some(x) = res.x.as_ref() {
