@@ -231,30 +231,14 @@ fn cover_lp(
             .collect();
         pb.add_row(1.0.., &row);
     }
-    let mut hm = pb.try_optimise(Sense::Minimise).map_err(|e| {
-        crate::milp::run::solver_error(NAME, format!("HiGHS rejected the model: {e:?}"))
-    })?;
-    use crate::milp::run::set_option;
-    set_option(&mut hm, NAME, "threads", 1)?;
-    if let Some(d) = deadline {
-        let left = d.saturating_duration_since(Instant::now()).as_secs_f64();
-        if left < 0.05 {
-            return Ok(None);
-        }
-        set_option(&mut hm, NAME, "time_limit", left)?;
-    }
-    let solved = hm
-        .try_solve()
-        .map_err(|e| crate::milp::run::solver_error(NAME, format!("HiGHS failed: {e:?}")))?;
+    let Some(solved) = solve_until(pb, deadline)? else {
+        return Ok(None);
+    };
     if solved.status() == HighsModelStatus::Optimal && !integer {
         return Ok(Some(solved.objective_value() * cmax));
     }
     if integer {
-        // The MILP's dual bound, proven whether or not it finished.
-        let d = solved
-            .double_info_value(c"mip_dual_bound")
-            .unwrap_or(f64::NEG_INFINITY);
-        return Ok(d.is_finite().then_some(d * cmax));
+        return Ok(mip_dual_bound(&solved).map(|d| d * cmax));
     }
     Ok(None)
 }
@@ -479,6 +463,16 @@ fn cascade_bound(
         nnz,
         "cascade MILP"
     );
+    let Some(solved) = solve_until(pb, deadline)? else {
+        return Ok(None);
+    };
+    let d = mip_dual_bound(&solved).map(|d| d * cmax);
+    tracing::debug!(status = ?solved.status(), bound = ?d, "cascade MILP");
+    Ok(d)
+}
+
+/// Solves `pb` (minimising, one thread) until `deadline`; `None` when no time is left for it.
+fn solve_until(pb: RowProblem, deadline: Option<Instant>) -> Result<Option<highs::SolvedModel>> {
     let mut hm = pb.try_optimise(Sense::Minimise).map_err(|e| {
         crate::milp::run::solver_error(NAME, format!("HiGHS rejected the model: {e:?}"))
     })?;
@@ -494,12 +488,15 @@ fn cascade_bound(
     let solved = hm
         .try_solve()
         .map_err(|e| crate::milp::run::solver_error(NAME, format!("HiGHS failed: {e:?}")))?;
-    // The MILP's dual bound, proven whether or not it finished.
+    Ok(Some(solved))
+}
+
+/// A MILP's dual bound, proven whether or not it finished (`None` where HiGHS has none).
+fn mip_dual_bound(solved: &highs::SolvedModel) -> Option<f64> {
     let d = solved
         .double_info_value(c"mip_dual_bound")
         .unwrap_or(f64::NEG_INFINITY);
-    tracing::debug!(status = ?solved.status(), bound = d * cmax, "cascade MILP");
-    Ok(d.is_finite().then_some(d * cmax))
+    d.is_finite().then_some(d)
 }
 
 #[cfg(test)]
