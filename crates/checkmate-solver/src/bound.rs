@@ -158,7 +158,7 @@ fn stage_cover(
     // LP's (ResNet50 at 0.5: 6080 against 6036 extra, in milliseconds).
     let ip = cover_lp(&segments, &covering, &over, &excess, graph, deadline, true)?;
     let cascade = if with_cascades {
-        cascade_bound(&segments, &over, &excess, &signed, graph, deadline)?
+        cascade_bound(&segments, &excess, &signed, graph, deadline)?
     } else {
         None
     };
@@ -221,15 +221,10 @@ fn cover_lp(
         })
         .collect();
     for &t in over {
-        let e = excess[t] as f64;
-        let row: Vec<(highs::Col, f64)> = covering[t]
-            .iter()
-            .filter_map(|&k| {
-                let b = graph.node(segments[k].tensor).bytes as f64;
-                cols[k].map(|c| (c, b.min(e) / e))
-            })
-            .collect();
-        pb.add_row(1.0.., &row);
+        pb.add_row(
+            1.0..,
+            capped_row(&covering[t], excess[t], segments, &cols, graph),
+        );
     }
     let Some(solved) = solve_until(pb, deadline)? else {
         return Ok(None);
@@ -241,6 +236,26 @@ fn cover_lp(
         return Ok(mip_dual_bound(&solved).map(|d| d * cmax));
     }
     Ok(None)
+}
+
+/// The covering row of a stage with `excess` bytes over the budget, normalized to `>= 1`: each
+/// segment across it (`covering`, with its column in `cols`) drops its bytes, capped at the
+/// excess (valid for binaries).
+fn capped_row(
+    covering: &[usize],
+    excess: u64,
+    segments: &[Segment],
+    cols: &[Option<highs::Col>],
+    graph: &Graph,
+) -> Vec<(highs::Col, f64)> {
+    let e = excess as f64;
+    covering
+        .iter()
+        .filter_map(|&k| {
+            let b = graph.node(segments[k].tensor).bytes as f64;
+            cols[k].map(|c| (c, b.min(e) / e))
+        })
+        .collect()
 }
 
 /// Most kept-alive terms (non-zeros of the memory rows) the cascade MILP is built with.
@@ -263,7 +278,6 @@ const MAX_ALIVE_TERMS: usize = 4_000_000;
 /// counted, so this stays a relaxation of every plan of the stage model.
 fn cascade_bound(
     segments: &[Segment],
-    over: &[usize],
     excess: &[u64],
     signed: &[i128],
     graph: &Graph,
@@ -326,10 +340,7 @@ fn cascade_bound(
     }
     // Stages whose row the LP gets: over budget, or reachable by a kept-alive tensor whose bytes
     // could take it over.
-    let mut rows_at: Vec<bool> = vec![false; n];
-    for &t in over {
-        rows_at[t] = true;
-    }
+    let mut rows_at: Vec<bool> = excess.iter().map(|&e| e > 0).collect();
     let mut extra_room: Vec<i128> = vec![0; n];
     let mut alive_terms = 0usize;
     for j in 0..n {
@@ -444,15 +455,10 @@ fn cascade_bound(
         pb.add_row((signed[t] as f64 / bmax).., &row);
         // Where the stage is over budget anyway, the capped covering row of the plain LP too.
         if excess[t] > 0 {
-            let ex = excess[t] as f64;
-            let capped: Vec<(highs::Col, f64)> = covering[t]
-                .iter()
-                .filter_map(|&k| {
-                    let b = graph.node(segments[k].tensor).bytes as f64;
-                    x[k].map(|c| (c, b.min(ex) / ex))
-                })
-                .collect();
-            pb.add_row(1.0.., &capped);
+            pb.add_row(
+                1.0..,
+                capped_row(&covering[t], excess[t], segments, &x, graph),
+            );
         }
     }
     tracing::debug!(
