@@ -2,8 +2,8 @@
 //!
 //! 0. Starting points: the cheapest baseline or caller's incumbent ([`SolveOptions::incumbents`])
 //!    within budget; when none fits, the least-peak
-//!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, a quarter of the time,
-//!    70% when the LP is skipped).
+//!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, with random kicks
+//!    where the repair is stuck; a quarter of the time, 70% when the LP is skipped).
 //! 1. Solve the LP relaxation of the (default) formulation at `(1 - eps) * budget` (the LPs get
 //!    40% of the time limit, the first one, at eps 0, up to half; skipped above 300 nodes unless
 //!    the time limit is at least 60 s, and always above 600).
@@ -16,7 +16,8 @@
 //!    changing keeps around the memory timeline's peak ([`repair`]; the closest to the budget
 //!    first, in half the time left); then local search, which keeps recomputed tensors longer
 //!    when that stays within budget, starts from each of the cheapest plans within budget (a
-//!    costlier start can end cheaper).
+//!    costlier start can end cheaper). Both judge a move from the stages it changes (`eval`),
+//!    and build and simulate the plan of the move they take only.
 //! 5. Restricted MILPs: while no plan fits, the LP at the full budget with its integral keeps
 //!    fixed (a small MILP over the fractional keeps, 60% of the time left); with a plan, RINS:
 //!    the keeps on which that LP and the plan agree fixed, the rest free, from the plan (30%).
@@ -38,6 +39,7 @@
 //!
 //! The LP optimum at the full budget is a lower bound on the optimal cost and is reported as such.
 
+mod eval;
 pub(crate) mod repair;
 
 use std::sync::Arc;
@@ -87,7 +89,13 @@ pub(crate) struct Judged {
     pub(crate) cost: f64,
     /// Sum over compute moments of the bytes above the budget.
     pub(crate) excess: u64,
+    /// Each stage's part of those figures ([`eval`]), for judging a move from the stages it
+    /// changes.
+    pub(crate) profile: eval::Profile,
 }
+
+/// A change of one tensor's keeps: `(tensor, first stage, last stage, kept)`.
+pub(crate) type Move = (usize, usize, usize, bool);
 
 impl Judged {
     /// Judges the cheapest schedule for `keeps` against `budget`.
@@ -105,6 +113,20 @@ impl Judged {
                 Step::Free(_) => 0,
             })
             .sum();
+        let profile = eval::Evaluator::new(graph).profile(graph, &keeps, budget);
+        let stats = &profile.stats;
+        debug_assert_eq!(
+            (
+                stats.iter().map(|s| s.peak).max().unwrap_or(0),
+                stats.iter().map(|s| s.excess).sum::<u64>()
+            ),
+            (sim.peak_bytes, excess),
+            "stage-local figures differ from the simulator's"
+        );
+        debug_assert!(
+            (stats.iter().map(|s| s.cost).sum::<f64>() - sim.cost).abs()
+                <= 1e-9 * (1.0 + sim.cost.abs())
+        );
         Some(Judged {
             keeps,
             schedule,
@@ -112,7 +134,33 @@ impl Judged {
             peak: sim.peak_bytes,
             cost: sim.cost,
             excess,
+            profile,
         })
+    }
+
+    /// The figures of this schedule after `mv`, from the stages it changes (no plan built).
+    pub(crate) fn figures_after(
+        &self,
+        graph: &Graph,
+        ev: &mut eval::Evaluator,
+        mv: Move,
+        budget: u64,
+    ) -> eval::Figures {
+        let totals = eval::Figures {
+            cost: self.cost,
+            peak: self.peak,
+            excess: self.excess,
+        };
+        ev.with_move(graph, &self.keeps, &self.profile, totals, mv, budget)
+    }
+
+    /// [`Judged::of`] the keeps after `mv`.
+    pub(crate) fn after(&self, graph: &Graph, (i, a, b, add): Move, budget: u64) -> Option<Judged> {
+        let mut keeps = self.keeps.clone();
+        for row in &mut keeps[a..=b] {
+            row.set(i, add);
+        }
+        Judged::of(graph, keeps, budget)
     }
 }
 
@@ -469,8 +517,15 @@ pub(crate) fn plan_lp_round(
             best = Some(if settled(&b) {
                 b
             } else {
+                // A quarter of the time left where the MILPs below follow; all of it where
+                // nothing does (`lp-round` itself without its LP: graphs whose stage model is
+                // too large, where the search's moves are judged from the stages they change).
                 let now = Instant::now();
-                let until = now + deadline.saturating_duration_since(now) / 4;
+                let until = if fix && !with_lp {
+                    deadline
+                } else {
+                    now + deadline.saturating_duration_since(now) / 4
+                };
                 let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x15);
                 let give_up = near.then_some(NEAR_GIVE_UP);
                 let b = repair::iterated(graph, b, budget_bytes, until, &mut rng, give_up);

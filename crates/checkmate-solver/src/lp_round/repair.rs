@@ -6,7 +6,8 @@ use std::time::Instant;
 use checkmate_graph::{Graph, Step};
 use fixedbitset::FixedBitSet;
 
-use super::Judged;
+use super::eval::Evaluator;
+use super::{Judged, Move};
 
 /// Stage of the compute step `step` of `cur`'s plan and the tensors live right after it.
 fn peak_context(graph: &Graph, cur: &Judged, step: usize) -> (usize, FixedBitSet) {
@@ -100,6 +101,7 @@ fn descend(
     keep_lowest: bool,
 ) -> (Judged, bool) {
     let mut lowest: Option<Judged> = None;
+    let ev = &mut Evaluator::new(graph);
     let stuck = |cur: Judged, lowest: Option<Judged>| match lowest {
         Some(l) if l.peak <= cur.peak => (l, false),
         _ => (cur, false),
@@ -131,42 +133,39 @@ fn descend(
         // instead removes that recomputation (and the ancestors it needed) from the stage.
         let adds: Vec<(usize, usize, usize)> =
             (0..t).filter_map(|i| keep_instead(&cur, i, t)).collect();
-        let mut best_fit: Option<Judged> = None;
-        let mut best_ratio: Option<(f64, Judged)> = None;
+        // Each move judged from the stages it changes; only the chosen one becomes a plan.
+        let mut best_fit: Option<(f64, Move)> = None;
+        let mut best_ratio: Option<(f64, Move)> = None;
         let candidates = moves
             .into_iter()
-            .map(|m| (m, false))
-            .chain(adds.into_iter().map(|m| (m, true)));
-        for ((i, a, b), add) in candidates {
+            .map(|(i, a, b)| (i, a, b, false))
+            .chain(adds.into_iter().map(|(i, a, b)| (i, a, b, true)));
+        for mv in candidates {
             if Instant::now() >= deadline {
                 break;
             }
-            let mut keeps = cur.keeps.clone();
-            for row in &mut keeps[a..=b] {
-                row.set(i, add);
-            }
-            let Some(j) = Judged::of(graph, keeps, budget) else {
-                continue;
-            };
-            if j.peak <= budget {
-                if best_fit.as_ref().map_or(true, |b| j.cost < b.cost) {
-                    best_fit = Some(j);
+            let f = cur.figures_after(graph, ev, mv, budget);
+            if f.peak <= budget {
+                if best_fit.map_or(true, |(c, _)| f.cost < c) {
+                    best_fit = Some((f.cost, mv));
                 }
                 continue;
             }
-            if j.excess >= cur.excess {
+            if f.excess >= cur.excess {
                 continue;
             }
-            let gain = (cur.excess - j.excess) as f64;
-            let ratio = gain / ((j.cost - cur.cost).max(0.0) + 1e-9 * (1.0 + cur.cost));
-            if best_ratio.as_ref().map_or(true, |(r, _)| ratio > *r) {
-                best_ratio = Some((ratio, j));
+            let gain = (cur.excess - f.excess) as f64;
+            let ratio = gain / ((f.cost - cur.cost).max(0.0) + 1e-9 * (1.0 + cur.cost));
+            if best_ratio.map_or(true, |(r, _)| ratio > r) {
+                best_ratio = Some((ratio, mv));
             }
         }
-        let next = match (best_fit, best_ratio) {
-            (Some(f), _) => f,
-            (None, Some((_, j))) => j,
+        let chosen = match (best_fit, best_ratio) {
+            (Some((_, mv)), _) | (None, Some((_, mv))) => mv,
             (None, None) => return stuck(cur, lowest),
+        };
+        let Some(next) = cur.after(graph, chosen, budget) else {
+            return stuck(cur, lowest);
         };
         if keep_lowest && lowest.as_ref().map_or(true, |l| cur.peak < l.peak) {
             lowest = Some(cur);
@@ -197,6 +196,7 @@ pub(crate) fn improve_with_swaps(
 
 fn search(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant, swap: bool) -> Judged {
     let n = graph.len();
+    let mut ev = Evaluator::new(graph);
     loop {
         let mut improved = false;
         for t in 1..n {
@@ -207,21 +207,23 @@ fn search(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant, swap: 
                 let Some((_, a, _)) = keep_instead(&cur, i, t) else {
                     continue;
                 };
-                let mut keeps = cur.keeps.clone();
-                for row in &mut keeps[a..=t] {
-                    row.insert(i);
+                let mv = (i, a, t, true);
+                let f = cur.figures_after(graph, &mut ev, mv, budget);
+                let cheaper = |c: f64| c < cur.cost - 1e-12 * (1.0 + cur.cost.abs());
+                if !cheaper(f.cost) || (f.peak > budget && !swap) {
+                    continue;
                 }
-                let Some(mut j) = Judged::of(graph, keeps, budget) else {
+                let Some(mut j) = cur.after(graph, mv, budget) else {
                     continue;
                 };
-                if j.peak > budget && swap {
+                if j.peak > budget {
                     // Over budget: let repair make room elsewhere (a swap of keeps).
                     match repair(graph, j, budget, deadline) {
                         Some(r) => j = r,
                         None => continue,
                     }
                 }
-                if j.peak <= budget && j.cost < cur.cost - 1e-12 * (1.0 + cur.cost.abs()) {
+                if j.peak <= budget && cheaper(j.cost) {
                     cur = j;
                     improved = true;
                 }
@@ -231,6 +233,26 @@ fn search(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant, swap: 
             return cur;
         }
     }
+}
+
+/// Drops one to three keep runs of `keeps` chosen at random (more recomputation, less memory);
+/// `false` when nothing is kept.
+pub(crate) fn drop_random_runs(keeps: &mut [FixedBitSet], rng: &mut impl rand::Rng) -> bool {
+    let kept: Vec<(usize, usize)> = (1..keeps.len())
+        .flat_map(|t| keeps[t].ones().map(move |i| (t, i)))
+        .collect();
+    if kept.is_empty() {
+        return false;
+    }
+    for _ in 0..rng.gen_range(1..=3) {
+        let (t, i) = kept[rng.gen_range(0..kept.len())];
+        if let Some((a, b)) = run_of(keeps, i, t) {
+            for row in &mut keeps[a..=b] {
+                row.set(i, false);
+            }
+        }
+    }
+    true
 }
 
 /// Perturbed restarts without a gain before the search goes back to the best plan.
@@ -272,19 +294,8 @@ pub(crate) fn iterated(
         let mut keeps = cur.keeps.clone();
         if rng.gen_bool(0.5) {
             // Drop keep runs: more recomputation, less memory, room for keeps elsewhere.
-            let kept: Vec<(usize, usize)> = (1..n)
-                .flat_map(|t| keeps[t].ones().map(move |i| (t, i)))
-                .collect();
-            if kept.is_empty() {
+            if !drop_random_runs(&mut keeps, rng) {
                 break;
-            }
-            for _ in 0..rng.gen_range(1..=3) {
-                let (t, i) = kept[rng.gen_range(0..kept.len())];
-                if let Some((a, b)) = run_of(&keeps, i, t) {
-                    for row in &mut keeps[a..=b] {
-                        row.set(i, false);
-                    }
-                }
             }
         } else {
             // Keep a recomputed tensor from its previous compute instead of recomputing it.
