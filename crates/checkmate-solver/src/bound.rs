@@ -66,7 +66,7 @@ pub fn stage_cover_bound(
 }
 
 /// [`stage_cover_bound`], with or without its cascade MILP.
-fn stage_cover(
+pub(crate) fn stage_cover(
     graph: &Graph,
     budget_bytes: u64,
     deadline: Option<Instant>,

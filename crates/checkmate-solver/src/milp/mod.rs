@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use checkmate_graph::{Graph, Plan, Schedule};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 
 use crate::error::Result;
 use crate::strategy::{Formulation, LeastKnown, Limit, Outcome, SolveOptions, Status, Strategy};
@@ -108,11 +110,17 @@ pub(crate) fn best_heuristic(
     best
 }
 
+/// Share of the time limit `lp-round` gets where `milp` does not build the exact model and
+/// lp-round skips its LP (the 1000-node random layered graphs): its search, then the
+/// stage-cover bound with the time left (its cascade MILP needed 14 s and 33 s of 120 there).
+const ALONE_SEARCH_SHARE: f64 = 0.65;
+
 /// `lp-round`'s plan (its search without its MILPs) as an incumbent, and its LP bound, given at
 /// most a quarter of the time limit (half when it skips its LP: near the least feasible budget
 /// its repair descent then needs the time, and on such graphs the MILP rarely proves anything;
 /// 90% and its whole search, swaps and restricted MILPs included, when it is `alone`: no exact
-/// model follows). `known_bound` (the stage-cover bound) ends its search once a plan meets it.
+/// model follows; [`ALONE_SEARCH_SHARE`] when it is alone without its LP). `known_bound` (the
+/// stage-cover bound) ends its search once a plan meets it.
 fn lp_round_incumbent(
     graph: &Graph,
     budget: u64,
@@ -128,8 +136,11 @@ fn lp_round_incumbent(
             .map(|l| l.mul_f64(f).saturating_sub(start.elapsed()))
     };
     opts.time_limit = share(if alone { 0.9 } else { 0.25 });
-    if !alone && !crate::lp_round::lp_attempted(graph, &opts) {
-        opts.time_limit = share(0.5);
+    if !crate::lp_round::lp_attempted(graph, &opts) {
+        // Without the LP (and so without lp-round's MILPs) its search takes the time: half when
+        // the exact model follows; when `alone`, ALONE_SEARCH_SHARE, and the stage-cover bound
+        // with its cascade MILP follows (`Milp::plan`).
+        opts.time_limit = share(if alone { ALONE_SEARCH_SHARE } else { 0.5 });
     }
     if opts.time_limit.is_some_and(|l| l.is_zero()) {
         return (None, None);
@@ -446,7 +457,32 @@ pub(crate) fn least_peak_heuristic(
             .expect("checkpoint-all is valid")
     });
     let target = target.max(graph.min_feasible_activation_bytes());
+    let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x1ea5);
+    // Perturbations in a row that did not lower the peak (0: the last step was a descent).
+    let mut tries = 0usize;
     while cur.peak > target && Instant::now() < deadline {
+        if tries > 0 {
+            // Stuck where no single move lowers the peak: drop random keep runs and descend
+            // again, kept when the peak ends lower (our 1000-node random layered graph: the
+            // descent stopped at 0.66 of the checkpoint-all peak).
+            if tries > PEAK_TRIES {
+                break;
+            }
+            let mut keeps = cur.keeps.clone();
+            if !repair::drop_random_runs(&mut keeps, &mut rng) {
+                break;
+            }
+            tries += 1;
+            if let Some(start) = Judged::of(graph, keeps, target) {
+                let j = repair::lower_toward(graph, start, target, deadline);
+                if j.peak < cur.peak {
+                    tracing::trace!(peak = j.peak, cost = j.cost, tries, "least-peak kick");
+                    cur = j;
+                    tries = 0;
+                }
+            }
+            continue;
+        }
         // Straight at the target first: moves judged by all the excess above it lower every
         // high moment together (ResNet50's operator graph at 64x64, batch 8, from evict's plan
         // to 0.35 of checkpoint-all: 5 s, where byte-by-byte descents had not arrived in 10).
@@ -474,11 +510,14 @@ pub(crate) fn least_peak_heuristic(
                 tracing::trace!(peak = j.peak, cost = j.cost, "least-peak descent");
                 cur = j
             }
-            _ => break,
+            _ => tries = 1,
         }
     }
     cur
 }
+
+/// Random perturbations in a row without a lower peak after which the least-peak descent stops.
+const PEAK_TRIES: usize = 60;
 
 /// The least activation budget of any frontier-advancing schedule, as far as `options.time_limit`
 /// allows (default 60 s).
@@ -605,14 +644,20 @@ fn cover_bound(
     budget: u64,
     start: Instant,
     options: &SolveOptions,
+    cascades: bool,
 ) -> Result<Option<f64>> {
     let share = remaining(start, options.time_limit)
         .map_or(STAGE_COVER_MAX, |d| d.mul_f64(0.1).min(STAGE_COVER_MAX));
-    cover_bound_for(graph, budget, share)
+    cover_bound_for(graph, budget, share, cascades)
 }
 
-/// The stage-cover bound within `share`.
-fn cover_bound_for(graph: &Graph, budget: u64, share: Duration) -> Result<Option<f64>> {
+/// The stage-cover bound within `share`, with or without its cascade MILP.
+fn cover_bound_for(
+    graph: &Graph,
+    budget: u64,
+    share: Duration,
+    cascades: bool,
+) -> Result<Option<f64>> {
     let relaxed;
     let graph = if graph.has_alternatives() {
         relaxed = graph.relaxed();
@@ -620,8 +665,8 @@ fn cover_bound_for(graph: &Graph, budget: u64, share: Duration) -> Result<Option
     } else {
         graph
     };
-    let bound = match crate::bound::stage_cover_bound(graph, budget, Some(Instant::now() + share))?
-    {
+    let deadline = Some(Instant::now() + share);
+    let bound = match crate::bound::stage_cover(graph, budget, deadline, cascades)? {
         crate::bound::StageCover::Bound(b) => Some(b),
         crate::bound::StageCover::Infeasible => None,
     };
@@ -662,7 +707,11 @@ impl Strategy for Milp {
             // starts from the best heuristic and only improves it, with most of the time; the
             // heuristics alone when it had no time.
             tracing::info!(%limit, "milp: not building the exact model");
-            let bound = cover_bound(graph, budget_bytes, start, options)?;
+            // Under a time limit the cascade MILP waits for the stage-cover bound's second run
+            // below, with the time the search leaves (at 0.7 of our 1000-node graph's peak it
+            // did not finish in the first run's 10 s, and needed 33 s in the second).
+            let cascades = options.time_limit.is_none();
+            let bound = cover_bound(graph, budget_bytes, start, options, cascades)?;
             let (inc, lp_bound) =
                 lp_round_incumbent(graph, budget_bytes, options, start, true, bound);
             let inc = inc.or_else(|| best_heuristic(graph, budget_bytes, options));
@@ -679,7 +728,7 @@ impl Strategy for Milp {
                 remaining(start, options.time_limit).map(|d| d.saturating_sub(COVER_AGAIN_MARGIN));
             if let Some(left) = left.filter(|d| *d > COVER_AGAIN_MIN && inc.is_some()) {
                 if !proven(bound) {
-                    let again = cover_bound_for(graph, budget_bytes, left)?;
+                    let again = cover_bound_for(graph, budget_bytes, left, true)?;
                     tracing::debug!(?again, "stage-cover bound with the time left");
                     bound = crate::strategy::larger_bound(bound, again);
                 }
@@ -707,7 +756,7 @@ impl Strategy for Milp {
         // step, which it can make unnecessary: where the best heuristic's plan meets it (VGG16,
         // fcn_8_vgg and vgg_unet at some of the solver benchmark's budgets), the proof took
         // 2-8 s before, nearly all of it in that step (docs/SOLVER_BENCH.md).
-        let cover = cover_bound(graph, budget_bytes, start, options)?;
+        let cover = cover_bound(graph, budget_bytes, start, options, true)?;
         let proven_by_cover = |inc: &Option<Incumbent>| {
             inc.as_ref()
                 .zip(cover)
