@@ -17,18 +17,9 @@ use fixedbitset::FixedBitSet;
 
 use crate::milp::model::Facts;
 
-/// What one stage contributes to a plan's figures.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct StageStat {
-    /// Cost of its computes.
-    pub(crate) cost: f64,
-    /// Its highest moment: live bytes right after a compute plus that compute's workspace.
-    pub(crate) peak: u64,
-    /// Sum over its computes of the bytes of that moment above the budget.
-    pub(crate) excess: u64,
-}
-
-/// A plan's figures as [`super::Judged`] reports them.
+/// A plan's figures as [`super::Judged`] reports them, or one stage's part of them: the cost of
+/// its computes, its highest moment (live bytes right after a compute plus that compute's
+/// workspace) and the sum over its computes of the bytes of that moment above the budget.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Figures {
     pub(crate) cost: f64,
@@ -39,7 +30,7 @@ pub(crate) struct Figures {
 /// Per-stage figures of a schedule, and what a move needs to judge the stages it changes.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Profile {
-    pub(crate) stats: Vec<StageStat>,
+    pub(crate) stats: Vec<Figures>,
     /// Every stage's moments (bytes right after each compute, with its workspace), in order;
     /// stage `t`'s are `moments[offsets[t]..offsets[t + 1]]`.
     moments: Vec<u64>,
@@ -91,7 +82,7 @@ impl Evaluator {
         next: Option<&FixedBitSet>,
         kept_bytes: u64,
         budget: u64,
-    ) -> StageStat {
+    ) -> Figures {
         let kept_on = |i: usize| next.is_some_and(|s| s.contains(i));
         // Algorithm 2: `t`, what is kept into `t + 1` but not into `t`, and their missing inputs.
         self.compute.clear();
@@ -154,7 +145,7 @@ impl Evaluator {
             }
         }
         let (peak, excess) = peak_excess(self.moments.iter().copied(), budget);
-        StageStat { cost, peak, excess }
+        Figures { cost, peak, excess }
     }
 
     /// The [`Profile`] of the cheapest schedule for the cleaned `keeps`.
@@ -234,7 +225,7 @@ impl Evaluator {
                     .iter()
                     .map(|&m| if after.0 { m + bytes } else { m - bytes });
                 let (peak, excess) = peak_excess(moments, budget);
-                StageStat {
+                Figures {
                     cost: old.cost,
                     peak,
                     excess,
