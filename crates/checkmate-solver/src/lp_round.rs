@@ -238,6 +238,11 @@ pub(crate) fn lp_attempted(graph: &Graph, options: &SolveOptions) -> bool {
 /// The node-count part of [`lp_attempted`]: up to [`DEFAULT_LP_NODES`], or [`MAX_LP_NODES`]
 /// under a [`LONG_LIMIT`].
 fn lp_size_allowed(graph: &Graph, options: &SolveOptions) -> bool {
+    if std::env::var_os("CHECKMATE_NO_LP").is_some() {
+        // For experiments: the path of graphs too large for the LP (the search alone) on any
+        // graph (docs/FORMULATION.md, "Scale").
+        return false;
+    }
     graph.len() <= DEFAULT_LP_NODES
         || (options.time_limit.is_some_and(|l| l >= LONG_LIMIT) && graph.len() <= MAX_LP_NODES)
 }
@@ -344,10 +349,12 @@ pub(crate) fn plan_lp_round(
         consider(j, &mut fits, &mut Vec::new());
     }
     // The LP at the full budget and its solution, for the fixing step below. The first LP may
-    // run until half the time (MobileNet's, 76k columns, needs about 12 s of a 30 s limit on one
-    // core: at 40% it finished or not by a few milliseconds, and without it the plan was 3.4%
-    // costlier); the LPs at smaller budgets only until 40%.
-    let first_lp_deadline = start + limit.mul_f64(0.5);
+    // run until 60% of the time (MobileNet's, 76k columns, needs about 12 s of a 30 s limit on
+    // one core: at 40% it finished or not by a few milliseconds, and without it the plan was
+    // 3.4% costlier; ResNet50's at 0.5, 480k rows, needed 149-153 s of `milp`'s 300 s on an AMD
+    // EPYC, where half the time, 135 s, left no duals to fix by); the LPs at smaller budgets
+    // only until 40%.
+    let first_lp_deadline = start + limit.mul_f64(0.6);
     let lp_deadline = start + limit.mul_f64(0.4);
     let mut rounded_fits = false;
     let mut full_lp: Option<(Model, Vec<f64>)> = None;
@@ -609,7 +616,10 @@ pub(crate) fn plan_lp_round(
         && with_lp
         && !proven_infeasible
         && budget_bytes >= graph.min_feasible_activation_bytes()
-        && !best.as_ref().is_some_and(settled);
+        && !best.as_ref().is_some_and(settled)
+        // Not on models where HiGHS's MILP does not keep to a time limit (`milp` does not run
+        // them either): ResNet50 at 0.5 reached this with 100 s left when its LP did not finish.
+        && crate::milp::model_too_large(graph, Formulation::Fast, options).is_none();
     if polish {
         memory_limit = crate::milp::model_over_memory(graph, Formulation::Fast, true, options);
     }
@@ -630,7 +640,10 @@ pub(crate) fn plan_lp_round(
             });
         }
     }
-    let optimal = |b: &Judged| lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + 1e-9));
+    // Within the relative gap `mip_gap` of the LP bound, as HiGHS's MILP means it.
+    let optimal = |b: &Judged| {
+        lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap.max(0.0)))
+    };
     let limit = memory_limit.or_else(|| {
         (Instant::now() >= deadline && !best.as_ref().is_some_and(optimal)).then_some(Limit::Time)
     });
