@@ -5,9 +5,9 @@
 //!
 //! Graphs: operator-level ResNet50 (batch 32, 224x224, `checkmate graph --granularity op`) and
 //! our random layered graph of 1000 nodes (seed 0) at 0.8, 0.7 and 0.6 of the checkpoint-all
-//! peak with 120 s each; Checkmate's ResNet50 at 0.5 with 300 s. `--random-dir DIR` adds
+//! peak with 120 s each; Checkmate's ResNet50 at 0.5 with 300 s and with 600 s. `--random-dir DIR` adds
 //! Moccasin's 1000-node file from DIR (not kept in the repository: it states no licence).
-//! Options: `--limit SEC` (default 120), `--resnet-limit SEC` (300), `--out FILE`. About 25 min.
+//! Options: `--limit SEC` (default 120), `--resnet-limit SEC,...` (300,600), `--out FILE`. About 35 min.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -27,7 +27,9 @@ const MOCCASIN_1000: &str = "random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.js
 pub fn run(args: &[String]) -> Result<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut limit = 120u64;
-    let mut resnet_limit = 300u64;
+    // The issue's two ResNet50 targets: within 1% of the proven bound in 300 s, proven optimal
+    // (within the MILP gap) in 10 minutes.
+    let mut resnet_limits = vec![300u64, 600];
     let mut out = root.join("docs/SCALE_BENCH.md");
     let mut random_dir: Option<PathBuf> = None;
     let mut it = args.iter();
@@ -36,7 +38,11 @@ pub fn run(args: &[String]) -> Result<()> {
         match arg.as_str() {
             "--limit" => limit = value()?.parse().context("--limit wants seconds")?,
             "--resnet-limit" => {
-                resnet_limit = value()?.parse().context("--resnet-limit wants seconds")?
+                resnet_limits = value()?
+                    .split(',')
+                    .map(|v| v.trim().parse::<u64>())
+                    .collect::<Result<_, _>>()
+                    .context("--resnet-limit wants seconds, comma-separated")?
             }
             "--out" => out = PathBuf::from(value()?),
             "--random-dir" => random_dir = Some(PathBuf::from(value()?)),
@@ -80,12 +86,14 @@ pub fn run(args: &[String]) -> Result<()> {
             cases.push((name.clone(), path.clone(), budget, limit));
         }
     }
-    cases.push((
-        "ResNet50 (Checkmate, 353 nodes)".to_string(),
-        root.join("data/graphs/checkmate/ResNet50_256_224.json"),
-        "50%",
-        resnet_limit,
-    ));
+    for resnet_limit in resnet_limits {
+        cases.push((
+            "ResNet50 (Checkmate, 353 nodes)".to_string(),
+            root.join("data/graphs/checkmate/ResNet50_256_224.json"),
+            "50%",
+            resnet_limit,
+        ));
+    }
     let mut table = String::new();
     let (mut within, mut worst_over) = (0usize, f64::NEG_INFINITY);
     for (name, path, budget, limit) in &cases {
