@@ -729,9 +729,11 @@ impl Strategy for Milp {
             // again, whose cascade MILP may finish now (docs/FORMULATION.md, "Scale").
             let left =
                 remaining(start, options.time_limit).map(|d| d.saturating_sub(COVER_AGAIN_MARGIN));
-            // Without a plan too: the first run skipped the cascade MILP, and a "no plan
-            // found" answer reports the bound.
-            if let Some(left) = left.filter(|d| *d > COVER_AGAIN_MIN) {
+            // Only with a plan: a "no plan found" answer states no cost bound, and the time
+            // left goes to the bracket on the least feasible budget (`evict`'s bisection in
+            // `strategy::solve`; with the cascade MILP here it had 2 s, too few at 1000 nodes,
+            // and the bracket's top fell back to the checkpoint-all peak).
+            if let Some(left) = left.filter(|d| *d > COVER_AGAIN_MIN && inc.is_some()) {
                 if !proven(bound) {
                     let again = cover_bound_for(graph, budget_bytes, left, true)?;
                     tracing::debug!(?again, "stage-cover bound with the time left");
