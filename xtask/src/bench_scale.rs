@@ -5,9 +5,10 @@
 //!
 //! Graphs: operator-level ResNet50 (batch 32, 224x224, `checkmate graph --granularity op`) and
 //! our random layered graph of 1000 nodes (seed 0) at 0.8, 0.7 and 0.6 of the checkpoint-all
-//! peak with 120 s each; Checkmate's ResNet50 at 0.5 with 300 s and with 600 s. `--random-dir DIR` adds
-//! Moccasin's 1000-node file from DIR (not kept in the repository: it states no licence).
-//! Options: `--limit SEC` (default 120), `--resnet-limit SEC,...` (300,600), `--out FILE`. About 35 min.
+//! peak with 120 s each; Checkmate's ResNet50 at 0.5 with 300 s and with 600 s. `--random-dir
+//! DIR` adds Moccasin's 1000-node file from DIR (not kept in the repository: it states no
+//! licence). Options: `--limit SEC` (default 120), `--resnet-limit SEC,...` (300,600), `--out
+//! FILE`. About 35 min.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

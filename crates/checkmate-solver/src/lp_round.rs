@@ -330,11 +330,12 @@ pub(crate) fn plan_lp_round(
         }
     }
     let with_lp = lp_attempted(graph, options);
-    // The exact polish below needs the LP's model, and is not run on models where HiGHS's MILP
-    // does not keep to a time limit (`milp` does not run them either): ResNet50 at 0.5 reached
-    // it with 100 s left when its LP did not finish.
-    let polish_allowed =
-        with_lp && crate::milp::model_too_large(graph, Formulation::Fast, options).is_none();
+    // Models where HiGHS's MILP does not keep to a time limit (`milp` does not run them either).
+    // The exact polish below is not run on them (ResNet50 at 0.5 reached it with 100 s left when
+    // its LP did not finish), and neither is RINS where the reduced-cost-fixed MILP runs.
+    let large_model = crate::milp::model_too_large(graph, Formulation::Fast, options).is_some();
+    // The exact polish needs the LP's model.
+    let polish_allowed = with_lp && !large_model;
     // The LP (and the exact polish's MILP) skipped because it would not fit in memory.
     let mut memory_limit = if lp_size_allowed(graph, options) && !with_lp {
         crate::milp::model_over_memory(graph, Formulation::Fast, false, options)
@@ -492,7 +493,7 @@ pub(crate) fn plan_lp_round(
             || lower_bound
                 .into_iter()
                 .chain(known_bound)
-                .any(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap))
+                .any(|lb: f64| options.proves_optimal(b.cost, lb))
     };
     // Swaps from the distinct local optima, cheapest first: keep a recomputed tensor and repair
     // the excess elsewhere (a third of the time left in all; on random layered graphs at tight
@@ -557,8 +558,7 @@ pub(crate) fn plan_lp_round(
     // RINS is skipped where the reduced-cost-fixed MILP below runs on a model too large for
     // `milp`'s exact path: that MILP contains every cheaper plan, and on ResNet50 at 0.5 (480k
     // rows) RINS took 25 s of 300 without a gain, and the fixed MILP then ran out of time.
-    let rins_allowed = full_lp_duals.is_none()
-        || crate::milp::model_too_large(graph, Formulation::Fast, options).is_none();
+    let rins_allowed = full_lp_duals.is_none() || !large_model;
     if let Some((model, x)) = full_lp.as_ref().filter(|_| fix) {
         for (rins, share) in [(false, 0.6), (true, 0.3)] {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -655,10 +655,7 @@ pub(crate) fn plan_lp_round(
             });
         }
     }
-    // Within the relative gap `mip_gap` of the LP bound, as HiGHS's MILP means it.
-    let optimal = |b: &Judged| {
-        lower_bound.is_some_and(|lb: f64| b.cost <= lb * (1.0 + options.mip_gap.max(0.0)))
-    };
+    let optimal = |b: &Judged| lower_bound.is_some_and(|lb| options.proves_optimal(b.cost, lb));
     let limit = memory_limit.or_else(|| {
         (Instant::now() >= deadline && !best.as_ref().is_some_and(optimal)).then_some(Limit::Time)
     });

@@ -112,6 +112,12 @@ impl SolveOptions {
     pub fn solver_memory(&self) -> u64 {
         self.memory_limit.unwrap_or_else(default_solver_memory)
     }
+
+    /// Whether a lower bound `bound` proves a plan of cost `cost` optimal: within the relative
+    /// gap [`SolveOptions::mip_gap`], as HiGHS's MILP means "optimal".
+    pub(crate) fn proves_optimal(&self, cost: f64, bound: f64) -> bool {
+        cost <= bound * (1.0 + self.mip_gap.max(0.0))
+    }
 }
 
 /// Half the memory the OS says is available (`MemAvailable` in `/proc/meminfo`), or 4 GiB where

@@ -317,7 +317,7 @@ pub fn sweep(
         jobs.into_par_iter().flat_map_iter(run_job).collect();
     points.sort_by_key(|&(k, _)| k);
     let mut points: Vec<SweepPoint> = points.into_iter().map(|(_, p)| p).collect();
-    monotone(&mut points, per, options.solve.mip_gap);
+    monotone(&mut points, per, &options.solve);
     Ok(Sweep {
         graph: graph.name().to_string(),
         cost_unit: graph.cost_unit().to_string(),
@@ -335,8 +335,8 @@ pub fn sweep(
 /// Makes each strategy's frontier non-increasing (`points` budget-major, `per` strategies): a
 /// point costlier than a smaller budget's plan, or without a plan where the strategy found one
 /// at a smaller budget, takes that plan; a lower bound carries down to the smaller budgets, and a
-/// plan that meets its bound (within `mip_gap`) is optimal.
-fn monotone(points: &mut [SweepPoint], per: usize, mip_gap: f64) {
+/// plan that meets its bound (within `options.mip_gap`) is optimal.
+fn monotone(points: &mut [SweepPoint], per: usize, options: &SolveOptions) {
     let budgets = points.len() / per.max(1);
     for s in 0..per {
         let mut best: Option<SweepPoint> = None;
@@ -377,7 +377,7 @@ fn monotone(points: &mut [SweepPoint], per: usize, mip_gap: f64) {
             if let (Some(c), Some(l), PointStatus::Solved(Status::Feasible | Status::Timeout)) =
                 (p.cost, bound, p.status)
             {
-                if c <= l * (1.0 + mip_gap) {
+                if options.proves_optimal(c, l) {
                     p.status = PointStatus::Solved(Status::Optimal);
                 }
             }
@@ -556,7 +556,14 @@ mod tests {
             point(50, feasible, Some(12.0), Some(12.0)),
             point(60, PointStatus::NotApplicable, None, None),
         ];
-        monotone(&mut pts, 1, 1e-4);
+        monotone(
+            &mut pts,
+            1,
+            &SolveOptions {
+                mip_gap: 1e-4,
+                ..SolveOptions::default()
+            },
+        );
         assert_eq!(pts[0].cost, None, "nothing below to carry");
         assert_eq!((pts[1].cost, pts[1].carried_from), (Some(15.0), None));
         assert_eq!((pts[2].cost, pts[2].carried_from), (Some(15.0), Some(20)));
@@ -581,7 +588,14 @@ mod tests {
             point(20, feasible, Some(25.0), None),
             point(20, feasible, Some(30.0), None),
         ];
-        monotone(&mut pts, 2, 1e-4);
+        monotone(
+            &mut pts,
+            2,
+            &SolveOptions {
+                mip_gap: 1e-4,
+                ..SolveOptions::default()
+            },
+        );
         assert_eq!(pts[2].cost, Some(20.0));
         assert_eq!(pts[3].cost, Some(30.0));
         assert_eq!(pts[1].cost, None);

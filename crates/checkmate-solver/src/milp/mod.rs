@@ -716,17 +716,17 @@ impl Strategy for Milp {
                 lp_round_incumbent(graph, budget_bytes, options, start, true, bound);
             let inc = inc.or_else(|| best_heuristic(graph, budget_bytes, options));
             let mut bound = crate::strategy::larger_bound(bound, lp_bound);
-            // Optimal as HiGHS's MILP says it, and as the exact path below does: within the
-            // relative gap `mip_gap` of a proven bound (ResNet50 at 0.5 with 600 s: 411755
+            // Within the MILP gap, as the exact path below (ResNet50 at 0.5 with 600 s: 411755
             // against 411750 from lp-round's search, which stops there).
             let proven = |bound: Option<f64>| {
                 inc.as_ref()
                     .zip(bound)
-                    .is_some_and(|(i, b)| i.cost <= b * (1.0 + options.mip_gap.max(0.0)))
+                    .is_some_and(|(i, b)| options.proves_optimal(i.cost, b))
             };
             // The incumbent search ends early on graphs this large (1000-node random layered
-            // graphs: about half of a 120 s limit): the time left goes to the stage-cover bound
-            // again, whose cascade MILP may finish now (docs/FORMULATION.md, "Scale").
+            // graphs: `lp-round` alone gets ALONE_SEARCH_SHARE of the limit): the time left goes
+            // to the stage-cover bound again, whose cascade MILP may finish now
+            // (docs/FORMULATION.md, "Scale").
             let left =
                 remaining(start, options.time_limit).map(|d| d.saturating_sub(COVER_AGAIN_MARGIN));
             // Only with a plan: a "no plan found" answer states no cost bound, and the time
@@ -767,7 +767,7 @@ impl Strategy for Milp {
         let proven_by_cover = |inc: &Option<Incumbent>| {
             inc.as_ref()
                 .zip(cover)
-                .is_some_and(|(i, b)| i.cost <= b * (1.0 + options.mip_gap.max(0.0)))
+                .is_some_and(|(i, b)| options.proves_optimal(i.cost, b))
         };
         let mut lp_bound = None;
         if options.warm_start
