@@ -24,8 +24,10 @@
 //! kept for the backward pass, so there is little to add. Since 2026-12-06 it places each
 //! recomputation in a window of stages, so a tensor needed again in a later window is charged
 //! again unless it stays in memory across the windows' boundaries (our 1000-node graph at 0.7:
-//! +5.1% instead of +2.65% in 42 s). What it still ignores: the memory of the recomputations
-//! themselves, and repeated recomputations within one window.
+//! +5.1% instead of +2.65% in 42 s), and counts the memory at the moment of each recomputation
+//! (the tensor, its inputs, and the segments that span all the stages it may happen in). What
+//! it still ignores: the other tensors of a recomputed cone held at that moment, and repeated
+//! recomputations within one window.
 
 use std::time::Instant;
 
@@ -172,7 +174,15 @@ fn stage_cover_with(
     // LP's (ResNet50 at 0.5: 6080 against 6036 extra, in milliseconds).
     let ip = cover_lp(&segments, &covering, &over, &excess, graph, deadline, true)?;
     let cascade = match windows {
-        Some(count) => window_bound(&segments, &excess, &signed, graph, deadline, count)?,
+        Some(count) => window_bound(
+            &segments,
+            &excess,
+            &signed,
+            graph,
+            budget_bytes,
+            deadline,
+            count,
+        )?,
         None => None,
     };
     tracing::debug!(single, ?lp, ?ip, ?cascade, "stage cover");
@@ -275,6 +285,13 @@ fn capped_row(
 /// by the deadline (the 1000-node random layered graphs need about 0.4M with 10 windows).
 const MAX_TERMS: usize = 4_000_000;
 
+/// Most terms of the rows for the moments of recomputations ([`moment_rows`]), the most
+/// violated first: on a 50-node random layered graph at 0.7 of its peak they raise the bound
+/// from +18.3% to +21.0% over one compute per node (the optimum: +23.9%); on our 1000-node
+/// graph they would add 1.9M terms, and with 100k or 400k of them the bound after 42 s is the
+/// same as without them.
+const MAX_MOMENT_TERMS: usize = 200_000;
+
 /// Windows of the recompute-window MILP: one per [`STAGES_PER_WINDOW`] stages, at most
 /// [`MAX_WINDOWS`]. With one window the model is the plain cascade MILP.
 fn window_count(n: usize) -> usize {
@@ -323,8 +340,9 @@ impl Windows {
 /// forward inputs are kept for the backward pass), where the model is too large, or where HiGHS
 /// has no bound.
 ///
-/// A dropped segment of tensor `i` (kept across stages `a..=b`) is recomputed in some stage `s`
-/// in `a+1..=b+1`, and every input `j` of `i` must be in memory then. If nothing reads `j` after
+/// A dropped segment of tensor `i` (kept across stages `a..=b`, missing at some moment after the
+/// first compute of stage `a`, the last compute of its stage) is recomputed in some stage `s` in
+/// `a+1..=b+1`, and every input `j` of `i` must be in memory then. If nothing reads `j` after
 /// stage `L_j < a` (its last reader), then either `j` is computed again after `L_j`, or it stays
 /// in memory from `L_j` on, so at the first compute of every stage `L_j+1..=s-1`; that
 /// recomputation of `j` needs `j`'s dead inputs in the same way, so the cascade goes down to the
@@ -342,15 +360,18 @@ impl Windows {
 /// `w` at a stage `s >= lb` of a tensor whose input `j` is dead by then (`L_j < lb`) needs
 /// `y[j, w] + P[j, w] >= 1` where the stage before `w` comes after `L_j`, else `y[j, w] +
 /// E[j, lb - 1] >= 1`; and `P[j, w] <= P[j, w - 1] + y[j, w - 1]` (a tensor in memory at a window
-/// boundary was there at the boundary before, or was computed in between). Every plan of the
-/// stage model gives a binary point that costs at most its recomputations; the memory of the
-/// recomputations themselves (the moments inside a stage) is still not counted. With one window
-/// this is the plain cascade model (one `y` per tensor, `E` only).
+/// boundary was there at the boundary before, or was computed in between). A segment not
+/// dropped is in memory all along, from the first compute of its first stage to its reader's,
+/// so the moment of each recomputation gets a row ([`moment_rows`]). Every plan of the stage model gives a binary
+/// point that costs at most its recomputations. With one window this is the plain cascade model
+/// (one `y` per tensor, `E` only), with the moment rows.
+#[allow(clippy::too_many_arguments)]
 fn window_bound(
     segments: &[Segment],
     excess: &[u64],
     signed: &[i128],
     graph: &Graph,
+    budget_bytes: u64,
     deadline: Option<Instant>,
     count: usize,
 ) -> Result<Option<f64>> {
@@ -566,7 +587,7 @@ fn window_bound(
         }
     }
     // One recompute window per segment.
-    let mut by_segment: HashMap<usize, Vec<highs::Col>> = HashMap::new();
+    let mut by_segment: BTreeMap<usize, Vec<highs::Col>> = BTreeMap::new();
     for (xi, &(k, _, _)) in xs.iter().enumerate() {
         by_segment.entry(k).or_default().push(x[xi]);
     }
@@ -575,6 +596,21 @@ fn window_bound(
             pb.add_row(..=1.0, cols.iter().map(|&c| (c, 1.0)));
         }
     }
+    // The moment of each recomputation: its tensor, its inputs and workspace, and every segment
+    // that spans all of its possible stages (and is not dropped) in memory together.
+    let moment_terms = moment_rows(
+        &mut pb,
+        segments,
+        &xs,
+        &x,
+        &by_segment,
+        &y,
+        &win,
+        &last,
+        graph,
+        budget_bytes,
+        MAX_MOMENT_TERMS,
+    );
     for &(user, j, w, need) in &rows_need {
         let u = match user {
             User::X(xi) => x[xi],
@@ -654,6 +690,7 @@ fn window_bound(
         p = p.len(),
         e = e.len(),
         needs = rows_need.len(),
+        moment_terms,
         rows,
         nnz,
         "window MILP"
@@ -664,6 +701,97 @@ fn window_bound(
     let d = mip_dual_bound(&solved).map(|d| d * cmax);
     tracing::debug!(status = ?solved.status(), bound = ?d, "window MILP");
     Ok(d)
+}
+
+/// Rows for the moments of recomputations in the window MILP: where `u` (a segment's last
+/// recompute in window `w`, `x[k, w]`, or `y[j, w]`) is 1, the tensor is computed at some stage
+/// `s` of its range, and then it, its inputs, its workspace and every segment spanning the whole
+/// range (in memory from the first compute of its first stage to its reader's, unless dropped) are in
+/// memory together: `sum min(bytes_g, D) x_g >= D u`, `D` the bytes over the budget with no
+/// spanning segment dropped. Returns the terms added.
+#[allow(clippy::too_many_arguments)]
+fn moment_rows(
+    pb: &mut RowProblem,
+    segments: &[Segment],
+    xs: &[(usize, usize, usize)],
+    x: &[highs::Col],
+    by_segment: &std::collections::BTreeMap<usize, Vec<highs::Col>>,
+    y: &std::collections::HashMap<(usize, usize), highs::Col>,
+    win: &Windows,
+    last: &[Option<usize>],
+    graph: &Graph,
+    budget: u64,
+    max_terms: usize,
+) -> usize {
+    let n = graph.len();
+    // Segments in memory at every recompute moment of stage t unless dropped (from the first
+    // compute of their first stage to the one after their last): first < t <= last + 1.
+    let mut around: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (k, g) in segments.iter().enumerate() {
+        for list in &mut around[(g.first + 1).min(n)..=(g.last + 1).min(n - 1)] {
+            list.push(k);
+        }
+    }
+    let mut users: Vec<(highs::Col, usize, usize, usize)> = Vec::new(); // (col, tensor, lb, ub)
+    for (xi, &(k, w, lb)) in xs.iter().enumerate() {
+        let ub = (segments[k].last + 1).min(win.end(w, n));
+        users.push((x[xi], segments[k].tensor, lb, ub));
+    }
+    for (&(j, w), &c) in y {
+        let Some(l) = last[j] else { continue };
+        users.push((c, j, (l + 1).max(win.start[w]), win.end(w, n)));
+    }
+    users.sort_by_key(|u| (u.1, u.2, u.3));
+    // Candidates: (bytes over the budget, column, spanning segments).
+    let mut rows: Vec<(u64, highs::Col, Vec<usize>)> = Vec::new();
+    for &(c, v, lb, ub) in &users {
+        if lb > ub {
+            continue;
+        }
+        let mut own: Vec<usize> = graph.preds(v).to_vec();
+        own.push(v);
+        own.sort_unstable();
+        own.dedup();
+        let fixed: u64 =
+            graph.node(v).workspace_bytes + own.iter().map(|&p| graph.node(p).bytes).sum::<u64>();
+        let spanning: Vec<usize> = around[lb]
+            .iter()
+            .copied()
+            .filter(|&k| {
+                let g = &segments[k];
+                g.first < lb && g.last + 1 >= ub && own.binary_search(&g.tensor).is_err()
+            })
+            .collect();
+        let total: u64 = fixed
+            + spanning
+                .iter()
+                .map(|&k| graph.node(segments[k].tensor).bytes)
+                .sum::<u64>();
+        if total > budget {
+            rows.push((total - budget, c, spanning));
+        }
+    }
+    // The most violated first, up to `max_terms`.
+    rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    let mut terms = 0usize;
+    let mut row: Vec<(highs::Col, f64)> = Vec::new();
+    for (over, c, spanning) in rows {
+        let d = over as f64;
+        row.clear();
+        for &k in &spanning {
+            let b = (graph.node(segments[k].tensor).bytes as f64).min(d) / d;
+            for &col in by_segment.get(&k).into_iter().flatten() {
+                row.push((col, b));
+            }
+        }
+        row.push((c, -1.0));
+        if terms + row.len() > max_terms {
+            break;
+        }
+        terms += row.len();
+        pb.add_row(0.0.., &row);
+    }
+    terms
 }
 
 /// Solves `pb` (minimising, one thread) until `deadline`; `None` when no time is left for it.
@@ -756,7 +884,7 @@ mod tests {
                 }
             }
         }
-        // 21 optima, 7 raised by cascades and 13 more by windows when written.
+        // 21 optima, 7 raised by cascades and 15 further by windows and moments when written.
         assert!(compared >= 18, "only {compared} optima compared");
         assert!(
             raised >= 3,
