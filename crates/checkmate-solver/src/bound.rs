@@ -244,10 +244,10 @@ fn cover_lp(
         })
         .collect();
     for &t in over {
-        pb.add_row(
-            1.0..,
-            capped_row(&covering[t], excess[t], segments, &cols, graph),
-        );
+        let terms = covering[t]
+            .iter()
+            .filter_map(|&k| cols[k].map(|c| (c, graph.node(segments[k].tensor).bytes)));
+        pb.add_row(1.0.., capped_row(terms, excess[t]));
     }
     let Some(solved) = solve_until(pb, deadline)? else {
         return Ok(None);
@@ -261,23 +261,16 @@ fn cover_lp(
     Ok(None)
 }
 
-/// The covering row of a stage with `excess` bytes over the budget, normalized to `>= 1`: each
-/// segment across it (`covering`, with its column in `cols`) drops its bytes, capped at the
-/// excess (valid for binaries).
+/// A covering row normalized to `>= 1` for a stage (or moment) with `excess` bytes over the
+/// budget: each column drops its bytes, capped at the excess (valid for binaries).
 fn capped_row(
-    covering: &[usize],
+    terms: impl IntoIterator<Item = (highs::Col, u64)>,
     excess: u64,
-    segments: &[Segment],
-    cols: &[Option<highs::Col>],
-    graph: &Graph,
 ) -> Vec<(highs::Col, f64)> {
     let e = excess as f64;
-    covering
-        .iter()
-        .filter_map(|&k| {
-            let b = graph.node(segments[k].tensor).bytes as f64;
-            cols[k].map(|c| (c, b.min(e) / e))
-        })
+    terms
+        .into_iter()
+        .map(|(c, b)| (c, (b as f64).min(e) / e))
         .collect()
 }
 
@@ -387,20 +380,20 @@ fn window_bound(
         let l = last[j]?;
         (1..nw).find(|&w| win.before(w).is_some_and(|p| p > l))
     };
-    // Demands: (tensor j, window w, lb) from a compute at some stage >= lb of window w.
-    #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    // What a compute at some stage >= lb of window w needs of its input j besides y[j, w].
+    #[derive(Clone, Copy)]
     enum Need {
         P(usize, usize),
         E(usize, usize),
     }
-    let demand = |j: usize, w: usize, lb: usize| -> Option<(usize, Need)> {
+    let demand = |j: usize, w: usize, lb: usize| -> Option<Need> {
         let l = last[j]?;
         if l >= lb {
             return None;
         }
         match win.before(w) {
-            Some(p) if p > l => Some((j, Need::P(j, w))),
-            _ if lb - 1 > l => Some((j, Need::E(j, lb - 1))),
+            Some(p) if p > l => Some(Need::P(j, w)),
+            _ if lb - 1 > l => Some(Need::E(j, lb - 1)),
             _ => None,
         }
     };
@@ -423,8 +416,8 @@ fn window_bound(
     let mut work: Vec<(usize, usize)> = Vec::new();
     let mut e_at: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); n];
     let mut p_top: BTreeMap<usize, usize> = BTreeMap::new(); // j -> highest P window
-                                                             // Records a need; a P need at window `w` also needs `y` at every window from the one
-                                                             // before the first boundary after `L_j` up to `w - 1` (its chain).
+                                                             // Records a need; a P need at window `w` also needs `y` at every window from the one before
+                                                             // the first boundary after `L_j` up to `w - 1` (its chain).
     let add = |need: Need,
                e_at: &mut Vec<BTreeSet<usize>>,
                p_top: &mut BTreeMap<usize, usize>,
@@ -454,7 +447,7 @@ fn window_bound(
     };
     for (xi, &(k, w, lb)) in xs.iter().enumerate() {
         for j in inputs(segments[k].tensor) {
-            if let Some((j, need)) = demand(j, w, lb) {
+            if let Some(need) = demand(j, w, lb) {
                 rows_need.push((User::X(xi), j, w, need));
                 add(need, &mut e_at, &mut p_top, &mut y_need, &mut work);
                 if y_need.insert((j, w)) {
@@ -467,7 +460,7 @@ fn window_bound(
         let lj = last[j].expect("a demanded tensor has a reader");
         let lb = (lj + 1).max(win.start[w]);
         for k in inputs(j) {
-            if let Some((k, need)) = demand(k, w, lb) {
+            if let Some(need) = demand(k, w, lb) {
                 rows_need.push((User::Y(j, w), k, w, need));
                 add(need, &mut e_at, &mut p_top, &mut y_need, &mut work);
                 if y_need.insert((k, w)) {
@@ -505,16 +498,20 @@ fn window_bound(
     let rows_at: Vec<bool> = (0..n)
         .map(|t| excess[t] > 0 || (extra_room[t] > 0 && signed[t] + extra_room[t] > 0))
         .collect();
+    // Savings per stage row: x[k, w] (by index) at the segment's stages up to the window's last
+    // but one.
+    let mut saving_at: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (xi, &(k, w, _)) in xs.iter().enumerate() {
+        let s = &segments[k];
+        for t in s.first..=s.last.min(win.end(w, n).saturating_sub(1)) {
+            if rows_at[t] {
+                saving_at[t].push(xi);
+            }
+        }
+    }
     // Terms: the demand rows, the savings and the memory kept alive in the stage rows.
     let terms = 3 * rows_need.len()
-        + xs.iter()
-            .map(|&(k, w, _)| {
-                let s = &segments[k];
-                (s.first..=s.last.min(win.end(w, n).saturating_sub(1)))
-                    .filter(|&t| rows_at[t])
-                    .count()
-            })
-            .sum::<usize>()
+        + saving_at.iter().map(Vec::len).sum::<usize>()
         + (0..n)
             .filter_map(|j| Some((*e_at[j].iter().next_back()?).saturating_sub(last[j]?)))
             .sum::<usize>();
@@ -543,7 +540,8 @@ fn window_bound(
             pb.add_integer_column(graph.node(segments[k].tensor).cost / cmax, 0.0..=1.0)
         })
         .collect();
-    let y: HashMap<(usize, usize), highs::Col> = y_need
+    // Ordered maps where iterated, so that the model is the same in every run.
+    let y: BTreeMap<(usize, usize), highs::Col> = y_need
         .iter()
         .map(|&(j, w)| {
             (
@@ -564,7 +562,7 @@ fn window_bound(
             e.insert((j, a), c);
         }
     }
-    let mut p: HashMap<(usize, usize), highs::Col> = HashMap::new();
+    let mut p: BTreeMap<(usize, usize), highs::Col> = BTreeMap::new();
     for (&j, &top) in &p_top {
         let w1 = first_p(j).unwrap();
         for w in w1..=top {
@@ -587,11 +585,11 @@ fn window_bound(
         }
     }
     // One recompute window per segment.
-    let mut by_segment: BTreeMap<usize, Vec<highs::Col>> = BTreeMap::new();
+    let mut by_segment: Vec<Vec<highs::Col>> = vec![Vec::new(); segments.len()];
     for (xi, &(k, _, _)) in xs.iter().enumerate() {
-        by_segment.entry(k).or_default().push(x[xi]);
+        by_segment[k].push(x[xi]);
     }
-    for cols in by_segment.values() {
+    for cols in &by_segment {
         if cols.len() > 1 {
             pb.add_row(..=1.0, cols.iter().map(|&c| (c, 1.0)));
         }
@@ -622,17 +620,6 @@ fn window_bound(
         };
         pb.add_row(0.0.., [(y[&(j, w)], 1.0), (nd, 1.0), (u, -1.0)]);
     }
-    // Savings per stage: x[k, w] at the segment's stages up to the window's last but one.
-    let mut saving_at: Vec<Vec<(highs::Col, usize)>> = vec![Vec::new(); n];
-    for (xi, &(k, w, _)) in xs.iter().enumerate() {
-        let s = &segments[k];
-        let hi = s.last.min(win.end(w, n).saturating_sub(1));
-        for t in s.first..=hi {
-            if rows_at[t] {
-                saving_at[t].push((x[xi], k));
-            }
-        }
-    }
     let mut alive_at: Vec<Vec<(usize, highs::Col)>> = vec![Vec::new(); n];
     for j in 0..n {
         let Some(l) = last[j] else { continue };
@@ -659,7 +646,12 @@ fn window_bound(
         }
         let mut row: Vec<(highs::Col, f64)> = saving_at[t]
             .iter()
-            .map(|&(c, k)| (c, graph.node(segments[k].tensor).bytes as f64 / bmax))
+            .map(|&xi| {
+                (
+                    x[xi],
+                    graph.node(segments[xs[xi].0].tensor).bytes as f64 / bmax,
+                )
+            })
             .collect();
         row.extend(
             alive_at[t]
@@ -670,17 +662,10 @@ fn window_bound(
         rows += 1;
         pb.add_row((signed[t] as f64 / bmax).., &row);
         if excess[t] > 0 {
-            let ex = excess[t] as f64;
-            let capped: Vec<(highs::Col, f64)> = saving_at[t]
+            let terms = saving_at[t]
                 .iter()
-                .map(|&(c, k)| {
-                    (
-                        c,
-                        (graph.node(segments[k].tensor).bytes as f64).min(ex) / ex,
-                    )
-                })
-                .collect();
-            pb.add_row(1.0.., capped);
+                .map(|&xi| (x[xi], graph.node(segments[xs[xi].0].tensor).bytes));
+            pb.add_row(1.0.., capped_row(terms, excess[t]));
         }
     }
     tracing::debug!(
@@ -715,8 +700,8 @@ fn moment_rows(
     segments: &[Segment],
     xs: &[(usize, usize, usize)],
     x: &[highs::Col],
-    by_segment: &std::collections::BTreeMap<usize, Vec<highs::Col>>,
-    y: &std::collections::HashMap<(usize, usize), highs::Col>,
+    by_segment: &[Vec<highs::Col>],
+    y: &std::collections::BTreeMap<(usize, usize), highs::Col>,
     win: &Windows,
     last: &[Option<usize>],
     graph: &Graph,
@@ -774,16 +759,15 @@ fn moment_rows(
     // The most violated first, up to `max_terms`.
     rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     let mut terms = 0usize;
-    let mut row: Vec<(highs::Col, f64)> = Vec::new();
     for (over, c, spanning) in rows {
-        let d = over as f64;
-        row.clear();
-        for &k in &spanning {
-            let b = (graph.node(segments[k].tensor).bytes as f64).min(d) / d;
-            for &col in by_segment.get(&k).into_iter().flatten() {
-                row.push((col, b));
-            }
-        }
+        // Normalized to `>= u`: the capped covering row of `over` bytes, less `u`.
+        let mut row = capped_row(
+            spanning.iter().flat_map(|&k| {
+                let b = graph.node(segments[k].tensor).bytes;
+                by_segment[k].iter().map(move |&col| (col, b))
+            }),
+            over,
+        );
         row.push((c, -1.0));
         if terms + row.len() > max_terms {
             break;
