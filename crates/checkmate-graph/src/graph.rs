@@ -410,12 +410,12 @@ impl Graph {
         &self.nodes
     }
 
-    /// Inputs of node `i`, ascending.
+    /// Inputs of node `i`, distinct and ascending (all before `i` in the topological order).
     pub fn preds(&self, i: NodeIdx) -> &[NodeIdx] {
         &self.preds[i]
     }
 
-    /// Consumers of node `i`, ascending.
+    /// Consumers of node `i`, distinct and ascending.
     pub fn succs(&self, i: NodeIdx) -> &[NodeIdx] {
         &self.succs[i]
     }

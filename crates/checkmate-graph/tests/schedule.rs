@@ -50,6 +50,18 @@ fn dag() -> impl Strategy<Value = Graph> {
 }
 
 proptest! {
+    /// The solver relies on this (bound.rs, evict.rs): repeated deps in a file (this generator
+    /// repeats them) give each input and consumer once, in topological order.
+    #[test]
+    fn inputs_and_consumers_are_distinct_and_ascending(g in dag()) {
+        for v in 0..g.len() {
+            prop_assert!(g.preds(v).windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(g.preds(v).iter().all(|&p| p < v));
+            prop_assert!(g.succs(v).windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(g.succs(v).iter().all(|&s| s > v && g.preds(s).contains(&v)));
+        }
+    }
+
     #[test]
     fn cheapest_given_any_keeps_is_valid_and_simulates(g in dag(), bits in proptest::collection::vec(any::<bool>(), 144)) {
         let n = g.len();

@@ -72,11 +72,8 @@ impl<'g> Ranges<'g> {
     /// Checkpoint-all: every node computed once, freed after its last use.
     fn new(graph: &'g Graph) -> Ranges<'g> {
         let n = graph.len();
-        let mut uses: Vec<Vec<usize>> = (0..n).map(|v| graph.succs(v).to_vec()).collect();
-        for u in &mut uses {
-            u.sort_unstable();
-            u.dedup();
-        }
+        // Consumers are distinct and ascending already.
+        let uses: Vec<Vec<usize>> = (0..n).map(|v| graph.succs(v).to_vec()).collect();
         let mut r = Ranges {
             graph,
             starts: (0..n).map(|v| vec![v]).collect(),
