@@ -288,14 +288,15 @@ impl Strategy for LpRound {
     }
 
     fn plan(&self, graph: &Graph, budget_bytes: u64, options: &SolveOptions) -> Result<Outcome> {
-        plan_lp_round(graph, budget_bytes, options, true, true, None)
+        plan_lp_round(graph, budget_bytes, options, true, true, None, None)
     }
 }
 
 /// `lp-round`; `fix` enables its MILPs (the fixed-keep and RINS MILPs and the exact polish), which
 /// `milp` skips when it only wants an incumbent; `search` the swaps and the iterated local search
 /// (on whenever `fix` is); `known_bound`: a proven lower bound on the cost from elsewhere (`milp`'s
-/// stage-cover bound), which ends the search once a plan meets it.
+/// stage-cover bound), which ends the search once a plan meets it; `sketch`: that bound's
+/// cascade MILP's incumbent, one more starting point.
 pub(crate) fn plan_lp_round(
     graph: &Graph,
     budget_bytes: u64,
@@ -303,6 +304,7 @@ pub(crate) fn plan_lp_round(
     fix: bool,
     search: bool,
     known_bound: Option<f64>,
+    sketch: Option<&crate::bound::Sketch>,
 ) -> Result<Outcome> {
     let search = search || fix;
     let start = Instant::now();
@@ -342,6 +344,22 @@ pub(crate) fn plan_lp_round(
     } else {
         None
     };
+    // The cascade MILP's incumbent (`milp`'s stage-cover bound, crate::bound::Sketch), lowered to
+    // the budget by repair in a quarter of the time left at most: a start from another basin
+    // (docs/FORMULATION.md, "Plans from the bound").
+    if let Some(sketch) = sketch {
+        if let Some(j) = Judged::of(graph, sketch.keeps(graph), budget_bytes) {
+            let now = Instant::now();
+            let until = now + deadline.saturating_duration_since(now) / 4;
+            let j = crate::milp::lower_peak(graph, j, budget_bytes, until, options.seed);
+            tracing::debug!(
+                peak = j.peak,
+                cost = j.cost,
+                "start from the bound's sketch"
+            );
+            consider(j, &mut fits, &mut over);
+        }
+    }
     if fits.is_empty() {
         // Near the least feasible budget no baseline fits: lower the least-peak baseline by
         // repair until it does (a quarter of the time at most; 70% when there is no LP).
@@ -1005,7 +1023,7 @@ mod tests {
                 assert_eq!(exact.status, Status::Optimal, "{what}");
                 let optimum = simulate(&g, exact.plan.as_ref().unwrap()).unwrap().cost;
                 // A start within budget: lp-round's plan without its MILPs.
-                let out = plan_lp_round(&g, budget, &options, false, false, None).unwrap();
+                let out = plan_lp_round(&g, budget, &options, false, false, None, None).unwrap();
                 let start = out.plan.expect("a plan within budget");
                 let start = Judged::of(&g, warm::keeps_of_plan(&g, &start), budget).unwrap();
                 let model = Model::build(&g, BudgetMode::Bytes(budget), Formulation::Fast, false);
@@ -1068,7 +1086,7 @@ mod tests {
                 seed,
                 ..SolveOptions::default()
             };
-            let out = plan_lp_round(&g, 9_555_096_371, &options, false, false, None)
+            let out = plan_lp_round(&g, 9_555_096_371, &options, false, false, None, None)
                 .expect("lp-round runs");
             let plan = out.plan.expect("a plan within budget");
             let sim = simulate(&g, &plan).expect("a valid plan");

@@ -110,11 +110,15 @@ pub(crate) fn best_heuristic(
     best
 }
 
-/// Share of the time limit `lp-round` gets where `milp` does not build the exact model and
-/// lp-round skips its LP (the 1000-node random layered graphs): its search, then the
-/// stage-cover bound with the time left (its cascade MILP, with recompute windows, does not
-/// finish in those 42 s at 1000 nodes; its dual bound at the limit counts).
-const ALONE_SEARCH_SHARE: f64 = 0.65;
+/// Share of the time limit by which `lp-round` ends where `milp` does not build the exact model
+/// and lp-round skips its LP (the 1000-node random layered graphs): the stage-cover bound with
+/// its cascade MILP runs first ([`CASCADE_SHARE`]), then the search, with the rest but a margin.
+const ALONE_SEARCH_SHARE: f64 = 0.97;
+/// Share of the time limit for the stage-cover bound with its cascade MILP where `milp` does not
+/// build the exact model: 42 s of 120, which it had before at the end (it does not finish in
+/// them at 1000 nodes, and its dual bound at the limit counts; a 400-node graph's at 0.7 of
+/// its peak nearly does, and its incumbent is then a good start for the search).
+const CASCADE_SHARE: f64 = 0.35;
 
 /// `lp-round`'s plan (its search without its MILPs) as an incumbent, and its LP bound, given at
 /// most a quarter of the time limit (half when it skips its LP: near the least feasible budget
@@ -129,6 +133,7 @@ fn lp_round_incumbent(
     start: Instant,
     alone: bool,
     known_bound: Option<f64>,
+    sketch: Option<&crate::bound::Sketch>,
 ) -> (Option<Incumbent>, Option<f64>) {
     let mut opts = options.clone();
     let share = |f: f64| {
@@ -154,9 +159,18 @@ fn lp_round_incumbent(
     // A bound on `graph`'s costs bounds the plans' costs on the planning view only without
     // alternatives (the view is then `graph` itself).
     let known_bound = known_bound.filter(|_| !graph.has_alternatives());
-    let Ok(out) =
-        crate::lp_round::plan_lp_round(&planned_on, budget, &opts, alone, true, known_bound)
-    else {
+    // The sketch is of the relaxed graph's plans; the planning view is that graph only without
+    // alternatives.
+    let sketch = sketch.filter(|_| !graph.has_alternatives());
+    let Ok(out) = crate::lp_round::plan_lp_round(
+        &planned_on,
+        budget,
+        &opts,
+        alone,
+        true,
+        known_bound,
+        sketch,
+    ) else {
         return (None, None);
     };
     // On the leanest view the LP bounds the leanest implementations' costs only.
@@ -411,16 +425,14 @@ impl LeastFeasible {
     }
 }
 
-/// The baseline schedule with the least peak, then lowered by repeatedly repairing it at one byte
-/// below its peak (dropping keeps live where the memory peaks) until its peak is at most `target`,
-/// a repair fails or the deadline passes.
+/// The baseline schedule with the least peak, lowered toward `target` by [`lower_peak`].
 pub(crate) fn least_peak_heuristic(
     graph: &Graph,
     options: &SolveOptions,
     target: u64,
     deadline: Instant,
 ) -> crate::lp_round::Judged {
-    use crate::lp_round::{repair, Judged};
+    use crate::lp_round::Judged;
     let mut best: Option<Judged> = None;
     // The heuristics' own searches (only `evict`'s takes long) end by a quarter of the time left.
     let mut quick = options.clone();
@@ -452,13 +464,28 @@ pub(crate) fn least_peak_heuristic(
             }
         }
     }
-    let mut cur = best.unwrap_or_else(|| {
+    let cur = best.unwrap_or_else(|| {
         let plan = crate::baselines::CheckpointAll::schedule(graph).to_plan(graph);
         Judged::of(graph, warm::keeps_of_plan(graph, &plan), u64::MAX)
             .expect("checkpoint-all is valid")
     });
+    lower_peak(graph, cur, target, deadline, options.seed)
+}
+
+/// `cur` lowered by repair toward `target` (moves judged by all the excess above it), then at one
+/// byte below its peak at a time, with random kicks where no move lowers the peak, until its
+/// peak is at most `target`, [`PEAK_TRIES`] kicks in a row fail or the deadline passes: the
+/// schedule of least peak reached.
+pub(crate) fn lower_peak(
+    graph: &Graph,
+    mut cur: crate::lp_round::Judged,
+    target: u64,
+    deadline: Instant,
+    seed: u64,
+) -> crate::lp_round::Judged {
+    use crate::lp_round::{repair, Judged};
     let target = target.max(graph.min_feasible_activation_bytes());
-    let mut rng = ChaCha8Rng::seed_from_u64(options.seed ^ 0x1ea5);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x1ea5);
     // Perturbations in a row that did not lower the peak (0: the last step was a descent).
     let mut tries = 0usize;
     while cur.peak > target && Instant::now() < deadline {
@@ -649,16 +676,17 @@ fn cover_bound(
 ) -> Result<Option<f64>> {
     let share = remaining(start, options.time_limit)
         .map_or(STAGE_COVER_MAX, |d| d.mul_f64(0.1).min(STAGE_COVER_MAX));
-    cover_bound_for(graph, budget, share, cascades)
+    Ok(cover_bound_for(graph, budget, share, cascades)?.0)
 }
 
-/// The stage-cover bound within `share`, with or without its cascade MILP.
+/// The stage-cover bound within `share`, with or without its cascade MILP, and that MILP's
+/// incumbent as a sketch of a plan.
 fn cover_bound_for(
     graph: &Graph,
     budget: u64,
     share: Duration,
     cascades: bool,
-) -> Result<Option<f64>> {
+) -> Result<(Option<f64>, Option<crate::bound::Sketch>)> {
     let relaxed;
     let graph = if graph.has_alternatives() {
         relaxed = graph.relaxed();
@@ -667,12 +695,13 @@ fn cover_bound_for(
         graph
     };
     let deadline = Some(Instant::now() + share);
-    let bound = match crate::bound::stage_cover(graph, budget, deadline, cascades)? {
+    let (cover, sketch) = crate::bound::stage_cover(graph, budget, deadline, cascades)?;
+    let bound = match cover {
         crate::bound::StageCover::Bound(b) => Some(b),
         crate::bound::StageCover::Infeasible => None,
     };
-    tracing::debug!(?bound, "stage-cover bound");
-    Ok(bound)
+    tracing::debug!(?bound, sketched = sketch.is_some(), "stage-cover bound");
+    Ok((bound, sketch))
 }
 
 impl Strategy for Milp {
@@ -708,13 +737,22 @@ impl Strategy for Milp {
             // starts from the best heuristic and only improves it, with most of the time; the
             // heuristics alone when it had no time.
             tracing::info!(%limit, "milp: not building the exact model");
-            // Under a time limit the cascade MILP waits for the stage-cover bound's second run
-            // below, with the time the search leaves (at 0.7 of our 1000-node graph's peak it
-            // did not finish in the first run's 10 s, and needed 33 s in the second).
-            let cascades = options.time_limit.is_none();
-            let bound = cover_bound(graph, budget_bytes, start, options, cascades)?;
-            let (inc, lp_bound) =
-                lp_round_incumbent(graph, budget_bytes, options, start, true, bound);
+            // The stage-cover bound with its cascade MILP first (CASCADE_SHARE of the time
+            // limit, else STAGE_COVER_MAX): that MILP's incumbent sketches a plan from which
+            // the search starts too (docs/FORMULATION.md, "Plans from the bound").
+            let share = options.time_limit.map_or(STAGE_COVER_MAX, |l| {
+                l.mul_f64(CASCADE_SHARE).saturating_sub(start.elapsed())
+            });
+            let (bound, sketch) = cover_bound_for(graph, budget_bytes, share, true)?;
+            let (inc, lp_bound) = lp_round_incumbent(
+                graph,
+                budget_bytes,
+                options,
+                start,
+                true,
+                bound,
+                sketch.as_ref(),
+            );
             let inc = inc.or_else(|| best_heuristic(graph, budget_bytes, options));
             let mut bound = crate::strategy::larger_bound(bound, lp_bound);
             // Within the MILP gap, as the exact path below (ResNet50 at 0.5 with 600 s: 411755
@@ -724,10 +762,9 @@ impl Strategy for Milp {
                     .zip(bound)
                     .is_some_and(|(i, b)| options.proves_optimal(i.cost, b))
             };
-            // The incumbent search ends early on graphs this large (1000-node random layered
-            // graphs: `lp-round` alone gets ALONE_SEARCH_SHARE of the limit): the time left goes
-            // to the stage-cover bound again, whose cascade MILP may finish now
-            // (docs/FORMULATION.md, "Scale").
+            // Where the incumbent search ends early (it gives up, or it had 90% of the limit
+            // with its LP: operator-level ResNet50), the time left goes to the stage-cover
+            // bound again, whose cascade MILP may finish now (docs/FORMULATION.md, "Scale").
             let left =
                 remaining(start, options.time_limit).map(|d| d.saturating_sub(COVER_AGAIN_MARGIN));
             // Only with a plan: a "no plan found" answer states no cost bound, and the time
@@ -736,7 +773,7 @@ impl Strategy for Milp {
             // and the bracket's top fell back to the checkpoint-all peak).
             if let Some(left) = left.filter(|d| *d > COVER_AGAIN_MIN && inc.is_some()) {
                 if !proven(bound) {
-                    let again = cover_bound_for(graph, budget_bytes, left, true)?;
+                    let again = cover_bound_for(graph, budget_bytes, left, true)?.0;
                     tracing::debug!(?again, "stage-cover bound with the time left");
                     bound = crate::strategy::larger_bound(bound, again);
                 }
@@ -776,7 +813,7 @@ impl Strategy for Milp {
             && !proven_by_cover(&incumbent)
         {
             let (inc, bound) =
-                lp_round_incumbent(graph, budget_bytes, options, start, false, cover);
+                lp_round_incumbent(graph, budget_bytes, options, start, false, cover, None);
             lp_bound = bound;
             if let Some(inc) = inc {
                 if incumbent.as_ref().map_or(true, |b| inc.cost < b.cost) {
