@@ -762,16 +762,19 @@ impl Strategy for Milp {
                     .zip(bound)
                     .is_some_and(|(i, b)| options.proves_optimal(i.cost, b))
             };
-            // Where the incumbent search ends early (it gives up, or it had 90% of the limit
-            // with its LP: operator-level ResNet50), the time left goes to the stage-cover
-            // bound again, whose cascade MILP may finish now (docs/FORMULATION.md, "Scale").
+            // Where the incumbent search ends early (it gives up), the time left goes to the
+            // stage-cover bound again, whose cascade MILP may finish now (docs/FORMULATION.md,
+            // "Scale"): only when that is more than its first run had, as the model is the same
+            // (after the 90% of the limit lp-round gets with its LP, on operator-level ResNet50,
+            // the rerun had 10 s against the first run's 42 s and could not raise the bound).
             let left =
                 remaining(start, options.time_limit).map(|d| d.saturating_sub(COVER_AGAIN_MARGIN));
             // Only with a plan: a "no plan found" answer states no cost bound, and the time
             // left goes to the bracket on the least feasible budget (`evict`'s bisection in
             // `strategy::solve`; with the cascade MILP here it had 2 s, too few at 1000 nodes,
             // and the bracket's top fell back to the checkpoint-all peak).
-            if let Some(left) = left.filter(|d| *d > COVER_AGAIN_MIN && inc.is_some()) {
+            let again = |d: &Duration| *d > COVER_AGAIN_MIN.max(share) && inc.is_some();
+            if let Some(left) = left.filter(again) {
                 if !proven(bound) {
                     let again = cover_bound_for(graph, budget_bytes, left, true)?.0;
                     tracing::debug!(?again, "stage-cover bound with the time left");
