@@ -666,17 +666,17 @@ const COVER_AGAIN_MIN: Duration = Duration::from_secs(5);
 
 /// The stage-cover bound on cost at `budget` (crate::bound) within a tenth of the time left, at
 /// most [`STAGE_COVER_MAX`]; `None` where it proves the budget infeasible (the floor every
-/// strategy checks first says so too).
+/// strategy checks first says so too); with its cascade MILP's sketch of a plan.
 fn cover_bound(
     graph: &Graph,
     budget: u64,
     start: Instant,
     options: &SolveOptions,
     cascades: bool,
-) -> Result<Option<f64>> {
+) -> Result<(Option<f64>, Option<crate::bound::Sketch>)> {
     let share = remaining(start, options.time_limit)
         .map_or(STAGE_COVER_MAX, |d| d.mul_f64(0.1).min(STAGE_COVER_MAX));
-    Ok(cover_bound_for(graph, budget, share, cascades)?.0)
+    cover_bound_for(graph, budget, share, cascades)
 }
 
 /// The stage-cover bound within `share`, with or without its cascade MILP, and that MILP's
@@ -804,7 +804,7 @@ impl Strategy for Milp {
         // step, which it can make unnecessary: where the best heuristic's plan meets it (VGG16,
         // fcn_8_vgg and vgg_unet at some of the solver benchmark's budgets), the proof took
         // 2-8 s before, nearly all of it in that step (docs/SOLVER_BENCH.md).
-        let cover = cover_bound(graph, budget_bytes, start, options, true)?;
+        let (cover, sketch) = cover_bound(graph, budget_bytes, start, options, true)?;
         let proven_by_cover = |inc: &Option<Incumbent>| {
             inc.as_ref()
                 .zip(cover)
@@ -815,8 +815,15 @@ impl Strategy for Milp {
             && options.formulation == Formulation::Fast
             && !proven_by_cover(&incumbent)
         {
-            let (inc, bound) =
-                lp_round_incumbent(graph, budget_bytes, options, start, false, cover, None);
+            let (inc, bound) = lp_round_incumbent(
+                graph,
+                budget_bytes,
+                options,
+                start,
+                false,
+                cover,
+                sketch.as_ref(),
+            );
             lp_bound = bound;
             if let Some(inc) = inc {
                 if incumbent.as_ref().map_or(true, |b| inc.cost < b.cost) {
