@@ -269,8 +269,9 @@ fn stage_cover_with(
     // The covering problem itself (binaries) where time is left: its dual bound is at least the
     // LP's (ResNet50 at 0.5: 6080 against 6036 extra, in milliseconds).
     let (ip, ip_sketch) = cover_lp(&segments, &covering, &over, &excess, graph, deadline, true)?;
-    let (cascade, sketch) = match windows {
-        Some(count) => window_bound(
+    // `built`: whether some recomputation needs a dead input, so that the window MILP is built.
+    let (cascade, sketch, built) = match windows {
+        Some(count) => match window_bound(
             &segments,
             &excess,
             &signed,
@@ -278,8 +279,11 @@ fn stage_cover_with(
             budget_bytes,
             deadline,
             count,
-        )?,
-        None => (None, None),
+        )? {
+            Some((cascade, sketch)) => (cascade, sketch, true),
+            None => (None, None, false),
+        },
+        None => (None, None, false),
     };
     // The covering MILP's sketch where there is no window MILP (it is not built where no
     // recomputation needs a dead input: chains and other training graphs whose forward inputs
@@ -287,7 +291,7 @@ fn stage_cover_with(
     // covering MILP ignores dead inputs, which decide the plans of forward-only graphs (at 0.6
     // of our 1000-node graph's peak its sketch took a quarter of the search's time for repair,
     // and the search then found no plan within the budget).
-    let sketch = sketch.or(ip_sketch.filter(|_| windows.is_some() && cascade.is_none()));
+    let sketch = sketch.or(ip_sketch.filter(|_| windows.is_some() && !built));
     tracing::debug!(single, ?lp, ?ip, ?cascade, "stage cover");
     // HiGHS's optimum is feasible to within its tolerances; a relative margin keeps the bound
     // below the true LP optimum.
@@ -471,10 +475,10 @@ impl Windows {
     }
 }
 
-/// The cascade MILP over recompute windows: its dual bound on the extra cost by `deadline`,
-/// `None` where no recomputation needs a tensor past its last reader (training graphs, whose
-/// forward inputs are kept for the backward pass), where the model is too large, or where HiGHS
-/// has no bound.
+/// The cascade MILP over recompute windows: its dual bound on the extra cost by `deadline`
+/// (`None` where the model is too large or HiGHS has no bound) and its sketch; `None` where no
+/// recomputation needs a tensor past its last reader (training graphs, whose forward inputs are
+/// kept for the backward pass), so that there is no model.
 ///
 /// A dropped segment of tensor `i` (kept across stages `a..=b`, missing at some moment after the
 /// first compute of stage `a`, the last compute of its stage) is recomputed in some stage `s` in
@@ -514,7 +518,7 @@ fn window_bound(
     budget_bytes: u64,
     deadline: Option<Instant>,
     count: usize,
-) -> Result<(Option<f64>, Option<Sketch>)> {
+) -> Result<Option<(Option<f64>, Option<Sketch>)>> {
     use std::collections::{BTreeMap, BTreeSet, HashMap};
     let n = graph.len();
     let win = Windows::new(n, count);
@@ -619,7 +623,7 @@ fn window_bound(
         }
     }
     if rows_need.is_empty() {
-        return Ok((None, None));
+        return Ok(None);
     }
     // Memory counted per stage: E ranges and P points.
     let mut extra_room: Vec<i128> = vec![0; n];
@@ -669,7 +673,7 @@ fn window_bound(
             .sum::<usize>();
     if terms > MAX_TERMS {
         tracing::debug!(terms, "recompute-window MILP too large; skipped");
-        return Ok((None, None));
+        return Ok(Some((None, None)));
     }
     let cmax = graph.nodes().iter().map(|v| v.cost).fold(0.0, f64::max);
     let bmax = graph
@@ -680,10 +684,10 @@ fn window_bound(
         .unwrap_or(1)
         .max(1) as f64;
     if cmax <= 0.0 {
-        return Ok((Some(0.0), None));
+        return Ok(Some((Some(0.0), None)));
     }
     let Some(_guard) = crate::milp::run::highs_lock(deadline) else {
-        return Ok((None, None));
+        return Ok(Some((None, None)));
     };
     let mut pb = RowProblem::default();
     let x: Vec<highs::Col> = xs
@@ -846,7 +850,7 @@ fn window_bound(
         "window MILP"
     );
     let Some(solved) = solve_until(pb, deadline)? else {
-        return Ok((None, None));
+        return Ok(Some((None, None)));
     };
     let d = mip_dual_bound(&solved).map(|d| d * cmax);
     tracing::debug!(status = ?solved.status(), bound = ?d, "window MILP");
@@ -871,7 +875,7 @@ fn window_bound(
                 .collect(),
         })
         .filter(|s| !s.drops.is_empty());
-    Ok((d, sketch))
+    Ok(Some((d, sketch)))
 }
 
 /// Rows for the moments of recomputations in the window MILP: where `u` (a segment's last
