@@ -291,7 +291,9 @@ fn stage_cover_with(
     // covering MILP ignores dead inputs, which decide the plans of forward-only graphs (at 0.6
     // of our 1000-node graph's peak its sketch took a quarter of the search's time for repair,
     // and the search then found no plan within the budget).
-    let sketch = sketch.or(ip_sketch.filter(|_| windows.is_some() && !built));
+    let sketch = sketch
+        .or(ip_sketch.filter(|_| windows.is_some() && !built))
+        .filter(|s| !s.drops.is_empty());
     tracing::debug!(single, ?lp, ?ip, ?cascade, "stage cover");
     // HiGHS's optimum is feasible to within its tolerances; a relative margin keeps the bound
     // below the true LP optimum.
@@ -337,16 +339,6 @@ fn cover_lp(
         return Ok((None, None));
     };
     let mut pb = RowProblem::default();
-    // Each used segment's column index, for reading the incumbent.
-    let columns: Vec<Option<usize>> = used
-        .iter()
-        .scan(0usize, |next, &u| {
-            Some(u.then(|| {
-                *next += 1;
-                *next - 1
-            }))
-        })
-        .collect();
     let cols: Vec<Option<highs::Col>> = segments
         .iter()
         .enumerate()
@@ -378,16 +370,19 @@ fn cover_lp(
         // The incumbent's dropped segments as a sketch (no dead inputs to recompute: where
         // there are some, the window MILP's sketch is preferred), on the same terms as the
         // window MILP's.
+        // Columns: the used segments, in order.
         let sketch = near_incumbent(&solved, d, cmax).map(|cols| Sketch {
             drops: segments
                 .iter()
-                .zip(&columns)
-                .filter(|&(_, c)| c.is_some_and(|c| cols[c] > 0.5))
-                .map(|(g, _)| (g.tensor, g.first, g.last))
+                .zip(&used)
+                .filter(|&(_, &u)| u)
+                .zip(&cols)
+                .filter(|&(_, &x)| x > 0.5)
+                .map(|((g, _), _)| (g.tensor, g.first, g.last))
                 .collect(),
             recomputes: Vec::new(),
         });
-        return Ok((d, sketch.filter(|s| !s.drops.is_empty())));
+        return Ok((d, sketch));
     }
     Ok((None, None))
 }
@@ -856,25 +851,23 @@ fn window_bound(
     tracing::debug!(status = ?solved.status(), bound = ?d, "window MILP");
     // The incumbent, as a sketch of a plan (`Sketch`; columns: x first, then y in map order),
     // where it is within SKETCH_GAP of the dual bound.
-    let sketch = near_incumbent(&solved, d, cmax)
-        .map(|cols| Sketch {
-            drops: xs
-                .iter()
-                .enumerate()
-                .filter(|&(xi, _)| cols[xi] > 0.5)
-                .map(|(_, &(k, _, _))| {
-                    let g = &segments[k];
-                    (g.tensor, g.first, g.last)
-                })
-                .collect(),
-            recomputes: y
-                .keys()
-                .enumerate()
-                .filter(|&(yi, _)| cols[xs.len() + yi] > 0.5)
-                .map(|(_, &(j, w))| (j, win.start[w], win.end(w, n)))
-                .collect(),
-        })
-        .filter(|s| !s.drops.is_empty());
+    let sketch = near_incumbent(&solved, d, cmax).map(|cols| Sketch {
+        drops: xs
+            .iter()
+            .enumerate()
+            .filter(|&(xi, _)| cols[xi] > 0.5)
+            .map(|(_, &(k, _, _))| {
+                let g = &segments[k];
+                (g.tensor, g.first, g.last)
+            })
+            .collect(),
+        recomputes: y
+            .keys()
+            .enumerate()
+            .filter(|&(yi, _)| cols[xs.len() + yi] > 0.5)
+            .map(|(_, &(j, w))| (j, win.start[w], win.end(w, n)))
+            .collect(),
+    });
     Ok(Some((d, sketch)))
 }
 

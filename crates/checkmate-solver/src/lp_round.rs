@@ -1,8 +1,9 @@
 //! `lp-round`: Checkmate's two-phase LP rounding, then repair and local search.
 //!
 //! 0. Starting points: the cheapest baseline or caller's incumbent ([`SolveOptions::incumbents`])
-//!    within budget; under `milp`, the plan its stage-cover bound's cascade MILP sketches
-//!    (`bound::Sketch`), lowered to the budget by repair (a quarter of the time left at most);
+//!    within budget; under `milp`, the plan its stage-cover bound's MILP sketches
+//!    (`bound::Sketch`), lowered to the budget by repair (a quarter of the time left at most),
+//!    which ends the solve where it meets the stage-cover bound;
 //!    when none fits, the least-peak
 //!    baseline lowered by repair until it fits (`milp::least_peak_heuristic`, with random kicks
 //!    where the repair is stuck; a quarter of the time, 90% when the LP is skipped).
