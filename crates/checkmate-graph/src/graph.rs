@@ -420,6 +420,12 @@ impl Graph {
         &self.succs[i]
     }
 
+    /// The last consumer of node `i` in the topological order (`None` for an output): where
+    /// checkpoint-all frees its tensor.
+    pub fn last_reader(&self, i: NodeIdx) -> Option<NodeIdx> {
+        self.succs[i].last().copied()
+    }
+
     /// The position of the node with file id `id`.
     pub fn index_of(&self, id: u64) -> Option<NodeIdx> {
         self.index_of_id.get(&id).copied()

@@ -370,9 +370,7 @@ pub struct Agreement {
 /// right shapes and output bytes are the live-bytes increase at its compute step.
 pub fn profiling_plan(graph: &Graph) -> Plan {
     let n = graph.len();
-    let last_reader: Vec<usize> = (0..n)
-        .map(|i| graph.succs(i).iter().copied().max().unwrap_or(i))
-        .collect();
+    let last_reader: Vec<usize> = (0..n).map(|i| graph.last_reader(i).unwrap_or(i)).collect();
     let mut frees_after: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, &r) in last_reader.iter().enumerate() {
         frees_after[r].push(i);

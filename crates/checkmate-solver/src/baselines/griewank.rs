@@ -254,9 +254,7 @@ fn revolve_schedule(graph: &Graph, fwd: &[NodeIdx], s: usize) -> Schedule {
         }
         *st = current;
     }
-    let last_consumer: Vec<usize> = (0..n)
-        .map(|i| graph.succs(i).last().copied().unwrap_or(i))
-        .collect();
+    let last_consumer: Vec<usize> = (0..n).map(|i| graph.last_reader(i).unwrap_or(i)).collect();
     // Forward tensors a stage holds: its forward inputs and itself.
     let present = |t: usize| {
         graph

@@ -35,9 +35,7 @@ use crate::strategy::{Outcome, Status};
 /// it is computed until its last consumer, recomputing all other forward tensors where needed.
 pub fn schedule_from_checkpoints(graph: &Graph, is_checkpoint: &[bool]) -> Schedule {
     let n = graph.len();
-    let last_consumer: Vec<usize> = (0..n)
-        .map(|i| graph.succs(i).last().copied().unwrap_or(i))
-        .collect();
+    let last_consumer: Vec<usize> = (0..n).map(|i| graph.last_reader(i).unwrap_or(i)).collect();
     let keep: Vec<FixedBitSet> = (0..n)
         .map(|t| {
             let mut row = FixedBitSet::with_capacity(n);
@@ -69,9 +67,7 @@ pub fn schedule_from_checkpoints(graph: &Graph, is_checkpoint: &[bool]) -> Sched
 /// checkpoint-all schedule.
 pub fn segment_schedule(graph: &Graph, is_checkpoint: &[bool]) -> Schedule {
     let n = graph.len();
-    let last_consumer: Vec<usize> = (0..n)
-        .map(|i| graph.succs(i).last().copied().unwrap_or(i))
-        .collect();
+    let last_consumer: Vec<usize> = (0..n).map(|i| graph.last_reader(i).unwrap_or(i)).collect();
     // Last consumer that is not a backward node (usize::MAX: none).
     let last_fwd_consumer: Vec<usize> = (0..n)
         .map(|i| {
