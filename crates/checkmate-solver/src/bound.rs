@@ -113,9 +113,7 @@ impl Sketch {
     /// budget).
     pub(crate) fn keeps(&self, graph: &Graph) -> Vec<FixedBitSet> {
         let n = graph.len();
-        let last: Vec<usize> = (0..n)
-            .map(|i| graph.succs(i).iter().copied().max().unwrap_or(i))
-            .collect();
+        let last: Vec<usize> = (0..n).map(|i| graph.last_reader(i).unwrap_or(i)).collect();
         let mut keeps = vec![FixedBitSet::with_capacity(n); n];
         for i in 0..n {
             for row in &mut keeps[i + 1..=last[i]] {
@@ -518,9 +516,7 @@ fn window_bound(
     let n = graph.len();
     let win = Windows::new(n, count);
     let nw = win.start.len();
-    let last: Vec<Option<usize>> = (0..n)
-        .map(|i| graph.succs(i).iter().copied().max())
-        .collect();
+    let last: Vec<Option<usize>> = (0..n).map(|i| graph.last_reader(i)).collect();
     // First window whose preceding stage comes after `L_j`.
     let first_p = |j: usize| -> Option<usize> {
         let l = last[j]?;
@@ -967,6 +963,11 @@ fn solve_until(pb: RowProblem, deadline: Option<Instant>) -> Result<Option<highs
     })?;
     use crate::milp::run::set_option;
     set_option(&mut hm, NAME, "threads", 1)?;
+    if std::env::var_os("CHECKMATE_HIGHS_LOG").is_some() {
+        // HiGHS's own log on stdout, for debugging (as `milp::run` does).
+        set_option(&mut hm, NAME, "output_flag", true)?;
+        set_option(&mut hm, NAME, "log_to_console", true)?;
+    }
     if let Some(d) = deadline {
         let left = d.saturating_duration_since(Instant::now()).as_secs_f64();
         if left < 0.05 {
