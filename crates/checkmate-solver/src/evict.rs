@@ -430,6 +430,10 @@ impl<'g> Ranges<'g> {
     }
 }
 
+/// See [`evict_plan_with`]: the fewest steps without a lower peak after which a run with kept
+/// inputs gives up.
+const STALL_STEPS: usize = 20;
+
 /// The variants [`evict_plan`] tries, the first alone in [`least_evict_budget`]'s bisection:
 /// how strongly the score prefers large gains (`cost / gain^power`), and up to which fraction
 /// of a recomputed tensor's bytes its dead inputs are kept alive instead of computed again
@@ -491,8 +495,22 @@ fn evict_plan_with(
     let mut r = Ranges::new(graph, keep);
     // Each step frees one range; a bound on the steps keeps pathological cases finite.
     let max_steps = 20 * (graph.len() + graph.edge_count());
+    // With kept inputs the peak can rise again; such a run that has not lowered its least
+    // peak in a tenth as many steps as there are nodes (at least STALL_STEPS) is stuck (our
+    // 1000-node graph at 0.6 of its peak: without this, those runs took the time `milp`'s
+    // least-peak descent needed, and it found no plan).
+    let (mut least, mut since) = (u64::MAX, 0usize);
     for _ in 0..max_steps {
         let (t, m) = r.peak();
+        if m < least {
+            (least, since) = (m, 0);
+        } else {
+            since += 1;
+            if keep > 0.0 && since > STALL_STEPS.max(graph.len() / 10) {
+                tracing::debug!(budget_bytes, least, "evict: kept inputs, stuck");
+                return None;
+            }
+        }
         if m <= budget_bytes {
             let plan = r.plan();
             let sim = simulate(graph, &plan).expect("evict builds valid plans");
