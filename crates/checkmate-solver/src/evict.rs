@@ -439,8 +439,8 @@ const STALL_STEPS: usize = 20;
 /// of a recomputed tensor's bytes its dead inputs are kept alive instead of computed again
 /// ([`Ranges::keep`]). Keeping them is what the stage-cover bound's solutions do on
 /// forward-only graphs (docs/FORMULATION.md, "Plans from the bound"); on random layered graphs
-/// it halves the recomputation of the plans (a 400-node graph at 0.7 of its peak: +15.5% over
-/// one compute per node against +155%; our 1000-node graph at 0.8: +7.2% against +14.2%;
+/// it halves the recomputation of the plans (a 400-node graph at 0.7 of its peak: +15.3% over
+/// one compute per node against +155%; our 1000-node graph at 0.8: +7.6% against +14.2%;
 /// docs/FORMULATION.md). The score does not count the kept inputs' bytes, so such a run may
 /// end stuck, where the other variants still answer.
 const VARIANTS: [(f64, f64); 6] = [
