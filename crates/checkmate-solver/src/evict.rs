@@ -5,13 +5,15 @@
 //! it takes the position of the highest memory and, among the tensors live there but not read
 //! there, frees one after its last read before the position and computes it again at a later
 //! position up to its next read, together with whichever of its inputs are not live then
-//! (recursively; those are freed again right after their last reader). It chooses the tensor and
+//! (recursively; those are freed again right after their last reader), or, in half of its score
+//! variants (`VARIANTS`), keeping such an input alive from its last use when it is no larger
+//! than the recomputed tensor. It chooses the tensor and
 //! the recompute position (right after the peak, at the next read, or where one of its inputs is
 //! live anyway) with the least compute per byte of excess memory removed, and never raises
 //! another position to the peak it is lowering. Memory is reckoned per position: what enters it,
 //! plus the exact peak of its own computes (recomputations in topological order, then its node,
-//! each with its workspace). Each choice costs about `O(n)` per live tensor, so the search takes
-//! well under a second on 1000 nodes, where the stage-matrix models of `milp` and `lp-round`
+//! each with its workspace). Each choice costs about `O(n)` per live tensor, so a run takes about
+//! a second on 1000 nodes (the six variants 1-8 s), where the stage-matrix models of `milp` and `lp-round`
 //! (`O(n^2)` variables) do not fit in memory.
 //!
 //! The plan it returns is judged, like every plan, by the simulator; `evict` proves nothing
