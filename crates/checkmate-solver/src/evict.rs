@@ -182,16 +182,10 @@ impl<'g> Ranges<'g> {
         {
             return None;
         }
+        // Its last range before `at`: the one that starts at its last compute before `at`.
         let starts = &self.starts[p];
-        let k = starts.partition_point(|&s| s < at);
-        let s = *starts.get(k.checked_sub(1)?)?;
-        let uses = &self.uses[p];
-        let j = uses.partition_point(|&u| u < at);
-        let end = if j > 0 && uses[j - 1] >= s {
-            uses[j - 1]
-        } else {
-            s
-        };
+        let s = *starts.get(starts.partition_point(|&s| s < at).checked_sub(1)?)?;
+        let (_, end) = self.range_at(p, s)?;
         (end < at).then_some(end)
     }
 
