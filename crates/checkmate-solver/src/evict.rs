@@ -457,22 +457,25 @@ impl<'g> Ranges<'g> {
                         *m += b;
                     }
                     // A recomputation read only where it ran was freed inside that position's
-                    // sequence; it stays now.
+                    // sequence; with its read here it stays.
+                    self.add_use(p, at);
                     if self.recomputed[end].contains(&p) {
-                        let uses = &mut self.uses[p];
-                        let j = uses.partition_point(|&u| u < at);
-                        uses.insert(j, at);
                         self.update_seq(end);
                     }
                 } else {
                     self.recompute(p, at);
                 }
             }
-            let uses = &mut self.uses[p];
-            let j = uses.partition_point(|&u| u < at);
-            if uses.get(j) != Some(&at) {
-                uses.insert(j, at);
-            }
+            self.add_use(p, at);
+        }
+    }
+
+    /// Records a read of `p` at `at` (once).
+    fn add_use(&mut self, p: NodeIdx, at: usize) {
+        let uses = &mut self.uses[p];
+        let j = uses.partition_point(|&u| u < at);
+        if uses.get(j) != Some(&at) {
+            uses.insert(j, at);
         }
     }
 
