@@ -355,7 +355,7 @@ impl<'g> Ranges<'g> {
                     let limit = peak.max(budget + 1);
                     // Inputs kept alive enter the positions from their last range's end up to `r`:
                     // what they add to the excess there, with `v` gone where it is, comes off the
-                    // gain, and none of those positions may rise to the peak being lowered.
+                    // gain, and the peak position must still fall.
                     let kept_bytes: u64 = self.kept_inputs.iter().map(|k| k.2).sum();
                     kept_any = kept_bytes > 0;
                     if kept_bytes > 0 {
@@ -525,8 +525,8 @@ const STALL_STEPS: usize = 20;
 /// solutions do on forward-only graphs (docs/FORMULATION.md, "Plans from the bound"); on random
 /// layered graphs it more than halves the recomputation of the plans and reaches budgets the
 /// others do not (our 1000-node graph at 0.6 of its peak: +96% over one compute per node, where
-/// the others have no plan; docs/FORMULATION.md). On graphs where no recomputation has a dead
-/// input (training graphs), a variant that keeps is the one with the same power that does not.
+/// the others have no plan; docs/FORMULATION.md). Where no recomputation meets a dead input, a
+/// variant that keeps is the one with the same power that does not.
 const VARIANTS: [(f64, f64); 6] = [
     (1.0, 0.0),
     (1.5, 0.0),
