@@ -637,14 +637,6 @@ fn evict_run(
     if graph.is_empty() {
         return None;
     }
-    let keep = if keep > 0.0 {
-        std::env::var("EV_KEEP")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(keep)
-    } else {
-        keep
-    };
     let mut r = Ranges::new(graph, keep);
     r.noise = noise;
     // Each step frees one range; a bound on the steps keeps pathological cases finite.
