@@ -337,13 +337,14 @@ impl<'g> Ranges<'g> {
                     next_gain += 1;
                 }
                 // With kept inputs, each spot is tried both ways: keeping the dead inputs
-                // that qualify, and computing every one again.
+                // that qualify, and (where some did) computing every one again.
+                let modes: &[f64] = if keep > 0.0 { &[keep, 0.0] } else { &[0.0] };
                 let mut kept_any = false;
-                for keeping in [keep > 0.0, false] {
-                    if !keeping && keep > 0.0 && !kept_any {
+                for (i, &mode) in modes.iter().enumerate() {
+                    if i > 0 && !kept_any {
                         break;
                     }
-                    self.keep = if keeping { keep } else { 0.0 };
+                    self.keep = mode;
                     let (extra_cost, extra_bytes) = self.closure(v, r);
                     let before = self.at(r);
                     let cost = self.graph.node(v).cost + extra_cost;
