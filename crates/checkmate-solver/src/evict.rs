@@ -17,7 +17,7 @@
 //! live tensor, so a run takes about a second on 1000 nodes, where the stage-matrix models of
 //! `milp` and `lp-round` (`O(n^2)` variables) do not fit in memory. After the six variants come
 //! nine restarts with seeded noise on the score (`RESTARTS`), and the cheapest plan of the
-//! fifteen runs is the answer (4-21 s on 1000 nodes; the same answer every time, unless a time
+//! fifteen runs is the answer (3-18 s on 1000 nodes; the same answer every time, unless a time
 //! limit cuts the runs short).
 //!
 //! The plan it returns is judged, like every plan, by the simulator; `evict` proves nothing
