@@ -50,5 +50,5 @@ pub use error::{Error, PlanError, Result};
 pub use graph::{Graph, Implementation, Node, NodeIdx, NodeKind, NodeSpec, DEFAULT_IMPLEMENTATION};
 pub use io::GRAPH_FORMAT;
 pub use plan::{Plan, PlanFile, Prediction, Step, PLAN_FORMAT};
-pub use schedule::Schedule;
+pub use schedule::{stage_computes, Schedule};
 pub use simulate::{choose_implementations, simulate, Simulation};

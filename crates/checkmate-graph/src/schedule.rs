@@ -56,8 +56,8 @@ impl Schedule {
     ///
     /// `keep[t]` holds the tensors kept into stage `t`; entries for `i >= t` are errors. Every stage
     /// computes its own node, every tensor that a later stage keeps but this stage did not receive,
-    /// and, scanning from `t` down to 0, every input of a computed node that is neither computed nor
-    /// kept. No cheaper `R` exists for this `S`: each of these computes is forced.
+    /// and every input of a computed node that is neither computed nor kept ([`stage_computes`]).
+    /// No cheaper `R` exists for this `S`: each of these computes is forced.
     pub fn cheapest_given_keeps(graph: &Graph, keep: Vec<FixedBitSet>) -> Result<Schedule> {
         let n = graph.len();
         if keep.len() != n {
@@ -76,25 +76,9 @@ impl Schedule {
             }
         }
         let mut compute = vec![FixedBitSet::with_capacity(n); n];
-        for t in 0..n {
-            let r = &mut compute[t];
-            r.insert(t);
-            if t + 1 < n {
-                for v in keep[t + 1].ones() {
-                    if !keep[t].contains(v) {
-                        r.insert(v);
-                    }
-                }
-            }
-            for i in (0..=t).rev() {
-                if r.contains(i) {
-                    for &p in graph.preds(i) {
-                        if !keep[t].contains(p) {
-                            r.insert(p);
-                        }
-                    }
-                }
-            }
+        let mut stack = Vec::new();
+        for (t, r) in compute.iter_mut().enumerate() {
+            stage_computes(graph, t, &keep[t], keep.get(t + 1), r, &mut stack);
         }
         Ok(Schedule { compute, keep })
     }
@@ -223,5 +207,39 @@ impl Schedule {
             }
         }
         Plan::new(steps)
+    }
+}
+
+/// Algorithm 2 for one stage: into `compute` (cleared first, `graph.len()` bits), the computes of
+/// stage `t` that receives `keep` and keeps `next` into stage `t + 1` (`None` for the last): its
+/// own node, every tensor of `next` it did not receive, and every input of a compute that is
+/// neither received nor computed, recursively. Each is forced, so no stage with these keeps
+/// computes less. `stack` is scratch space.
+pub fn stage_computes(
+    graph: &Graph,
+    t: NodeIdx,
+    keep: &FixedBitSet,
+    next: Option<&FixedBitSet>,
+    compute: &mut FixedBitSet,
+    stack: &mut Vec<NodeIdx>,
+) {
+    compute.clear();
+    compute.grow(graph.len());
+    stack.clear();
+    compute.insert(t);
+    stack.push(t);
+    for v in next.into_iter().flat_map(|s| s.ones()) {
+        if !keep.contains(v) && !compute.contains(v) {
+            compute.insert(v);
+            stack.push(v);
+        }
+    }
+    while let Some(v) = stack.pop() {
+        for &p in graph.preds(v) {
+            if !keep.contains(p) && !compute.contains(p) {
+                compute.insert(p);
+                stack.push(p);
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! the maximum of per-stage figures. [`super::Judged::of`] checks, in debug builds, that these
 //! figures are the simulator's.
 
-use checkmate_graph::Graph;
+use checkmate_graph::{stage_computes, Graph};
 use fixedbitset::FixedBitSet;
 
 use crate::milp::model::Facts;
@@ -85,27 +85,8 @@ impl Evaluator {
     ) -> Figures {
         let kept_on = |i: usize| next.is_some_and(|s| s.contains(i));
         // Algorithm 2: `t`, what is kept into `t + 1` but not into `t`, and their missing inputs.
-        self.compute.clear();
-        self.stack.clear();
+        stage_computes(graph, t, keep, next, &mut self.compute, &mut self.stack);
         self.moments.clear();
-        self.compute.insert(t);
-        self.stack.push(t);
-        if let Some(s) = next {
-            for v in ones_without(s, Some(keep)) {
-                if !self.compute.contains(v) {
-                    self.compute.insert(v);
-                    self.stack.push(v);
-                }
-            }
-        }
-        while let Some(v) = self.stack.pop() {
-            for &p in graph.preds(v) {
-                if !keep.contains(p) && !self.compute.contains(p) {
-                    self.compute.insert(p);
-                    self.stack.push(p);
-                }
-            }
-        }
         // `Schedule::to_plan`'s frees, step by step.
         for k in self.compute.ones() {
             for &p in graph.preds(k) {
