@@ -180,6 +180,8 @@ impl<'g> Ranges<'g> {
         self.kept_inputs.clear();
         let mut total = (0.0, 0u64);
         self.closure_of(v, at, &mut total);
+        // By the end of their last range, for [`Ranges::kept_gain`]'s running sum.
+        self.kept_inputs.sort_unstable_by_key(|k| k.1);
         total
     }
 
@@ -429,15 +431,16 @@ impl<'g> Ranges<'g> {
         budget: u64,
         limit: u64,
     ) -> Option<f64> {
-        let first = self.kept_inputs.iter().map(|k| k.1).min()? + 1;
-        let mut lost = 0.0;
+        // `kept_inputs` is sorted by end ([`Ranges::closure`]): a running sum of those that
+        // ended before `q`.
+        let kept = &self.kept_inputs;
+        let first = kept.first()?.1 + 1;
+        let (mut lost, mut added, mut next) = (0.0, 0u64, 0);
         for q in first..r {
-            let added: u64 = self
-                .kept_inputs
-                .iter()
-                .filter(|k| k.1 < q)
-                .map(|k| k.2)
-                .sum();
+            while next < kept.len() && kept[next].1 < q {
+                added += kept[next].2;
+                next += 1;
+            }
             let base = self.at(q) - if q > from { bytes } else { 0 };
             let now = base + added;
             if added > 0 && q == t && now >= limit {
