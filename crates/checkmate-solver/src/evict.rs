@@ -351,6 +351,13 @@ impl<'g> Ranges<'g> {
                     gain += self.gain_at(next_gain - 1, bytes, budget);
                     next_gain += 1;
                 }
+                // No closure where the node's own cost already scores no better than the best:
+                // inputs computed again only add cost, and kept ones only take gain off.
+                let noise = self.noise.map_or(1.0, |seed| noise_factor(seed, v, r, t));
+                let own = noise * self.graph.node(v).cost.max(1e-9) / gain.powf(gain_power);
+                if best.as_ref().is_some_and(|b| own >= b.score) {
+                    continue;
+                }
                 // With kept inputs, each spot is tried both ways: keeping the dead inputs
                 // that qualify, and (where some did) computing every one again.
                 let modes: &[f64] = if keep > 0.0 { &[keep, 0.0] } else { &[0.0] };
@@ -363,7 +370,6 @@ impl<'g> Ranges<'g> {
                     let (extra_cost, extra_bytes) = self.closure(v, r);
                     let before = self.at(r);
                     let cost = self.graph.node(v).cost + extra_cost;
-                    let noise = self.noise.map_or(1.0, |seed| noise_factor(seed, v, r, t));
                     let mut score = noise * cost.max(1e-9) / gain.powf(gain_power);
                     if best.as_ref().is_some_and(|b| score >= b.score) {
                         continue;
