@@ -19,7 +19,7 @@
 //! nine restarts with seeded noise on the score (`RESTARTS`). The cheapest plan of the fifteen
 //! runs is then improved by ruin and recreate ([`recreate`]): leave out the recomputations near
 //! one position, replay the others, let the greedy search finish, keep what is cheaper. This
-//! takes at most twice the greedy steps of the runs (7-39 s in all on 1000 nodes); the answer is
+//! takes at most twice the greedy steps of the runs (3-33 s in all on 1000 nodes); the answer is
 //! the same every time, unless a time limit cuts the search short.
 //!
 //! The plan it returns is judged, like every plan, by the simulator; `evict` proves nothing
