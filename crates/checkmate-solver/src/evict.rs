@@ -645,7 +645,7 @@ pub fn evict_plan_until(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let (r, taken) = evict_state_counted(graph, budget_bytes, power, keep, noise, deadline);
+        let (r, taken) = evict_state(graph, budget_bytes, power, keep, noise, deadline);
         steps += taken;
         let cost = r.as_ref().map(|r| r.cost());
         tracing::debug!(power, keep, noise, cost, "evict: variant");
@@ -806,10 +806,7 @@ fn evict_run(
     noise: Option<u64>,
     deadline: Option<Instant>,
 ) -> Option<(Plan, f64, u64, u64)> {
-    if graph.is_empty() {
-        return None;
-    }
-    let r = evict_state(graph, budget_bytes, gain_power, keep, noise, deadline)?;
+    let r = evict_state(graph, budget_bytes, gain_power, keep, noise, deadline).0?;
     let plan = r.plan();
     let sim = simulate(graph, &plan).expect("evict builds valid plans");
     let m = r.reckoned;
@@ -817,20 +814,9 @@ fn evict_run(
     Some((plan, sim.cost, sim.peak_bytes, m))
 }
 
-/// The state of one greedy run ([`evict_run`]) within the budget, if it gets there.
+/// The state of one greedy run ([`evict_run`]) within the budget, if it gets there, and the
+/// greedy steps the run took either way.
 fn evict_state<'g>(
-    graph: &'g Graph,
-    budget_bytes: u64,
-    gain_power: f64,
-    keep: f64,
-    noise: Option<u64>,
-    deadline: Option<Instant>,
-) -> Option<Ranges<'g>> {
-    evict_state_counted(graph, budget_bytes, gain_power, keep, noise, deadline).0
-}
-
-/// [`evict_state`], with the steps the run took whether it got within the budget or not.
-fn evict_state_counted<'g>(
     graph: &'g Graph,
     budget_bytes: u64,
     gain_power: f64,
@@ -991,6 +977,16 @@ mod tests {
     use super::*;
     use checkmate_graph::generate::{random_layered, LayeredParams};
 
+    /// Generated 150-node random layered graphs (seeds 0-7) at 0.8 and 0.7 of their peak: each
+    /// point as (seed, fraction, graph, budget).
+    fn layered_points() -> impl Iterator<Item = (u64, f64, Graph, u64)> {
+        (0..8).flat_map(|seed| {
+            let g = random_layered(&LayeredParams::moccasin(150, 0.31), seed).unwrap();
+            let all = crate::baselines::CheckpointAll::peak_bytes(&g);
+            [0.8, 0.7].map(|frac| (seed, frac, g.clone(), (all as f64 * frac) as u64))
+        })
+    }
+
     /// Every variant's plan is valid and within the budget by the simulator's count (the
     /// search's own reckoning, kept inputs included, equals it), and on forward-only random
     /// layered graphs, where a recomputation's inputs are dead, the variants that keep them alive
@@ -1051,32 +1047,27 @@ mod tests {
         assert!(factors.iter().all(|f| (1.0..1.0 + NOISE).contains(f)));
         assert!(factors.windows(2).any(|w| w[0] != w[1]));
         let (mut points, mut cheaper) = (0, 0);
-        for seed in 0..8 {
-            let g = random_layered(&LayeredParams::moccasin(150, 0.31), seed).unwrap();
-            let all = crate::baselines::CheckpointAll::peak_bytes(&g);
-            for frac in [0.8, 0.7] {
-                let budget = (all as f64 * frac) as u64;
-                let variants = VARIANTS
-                    .iter()
-                    .filter_map(|&(power, keep)| evict_run(&g, budget, power, keep, None, None))
-                    .map(|r| r.1)
-                    .min_by(f64::total_cmp);
-                let restarts = (1..=RESTARTS)
-                    .filter_map(|s| {
-                        let (power, keep) = restart_variant(s);
-                        let (plan, cost, peak, reckoned) =
-                            evict_run(&g, budget, power, keep, Some(s), None)?;
-                        let sim = simulate(&g, &plan).unwrap();
-                        assert_eq!((sim.cost, sim.peak_bytes), (cost, peak));
-                        assert_eq!(peak, reckoned, "seed {seed} at {frac}, restart {s}");
-                        assert!(peak <= budget);
-                        Some(cost)
-                    })
-                    .min_by(f64::total_cmp);
-                if let (Some(variants), Some(restarts)) = (variants, restarts) {
-                    points += 1;
-                    cheaper += usize::from(restarts < variants);
-                }
+        for (seed, frac, g, budget) in layered_points() {
+            let variants = VARIANTS
+                .iter()
+                .filter_map(|&(power, keep)| evict_run(&g, budget, power, keep, None, None))
+                .map(|r| r.1)
+                .min_by(f64::total_cmp);
+            let restarts = (1..=RESTARTS)
+                .filter_map(|s| {
+                    let (power, keep) = restart_variant(s);
+                    let (plan, cost, peak, reckoned) =
+                        evict_run(&g, budget, power, keep, Some(s), None)?;
+                    let sim = simulate(&g, &plan).unwrap();
+                    assert_eq!((sim.cost, sim.peak_bytes), (cost, peak));
+                    assert_eq!(peak, reckoned, "seed {seed} at {frac}, restart {s}");
+                    assert!(peak <= budget);
+                    Some(cost)
+                })
+                .min_by(f64::total_cmp);
+            if let (Some(variants), Some(restarts)) = (variants, restarts) {
+                points += 1;
+                cheaper += usize::from(restarts < variants);
             }
         }
         assert!(points >= 8, "only {points} points with plans both ways");
@@ -1094,40 +1085,37 @@ mod tests {
     #[test]
     fn ruin_and_recreate_keeps_plans_valid_and_finds_cheaper_ones() {
         let (mut points, mut cheaper) = (0, 0);
-        for seed in 0..8 {
-            let g = random_layered(&LayeredParams::moccasin(150, 0.31), seed).unwrap();
-            let all = crate::baselines::CheckpointAll::peak_bytes(&g);
-            for frac in [0.8, 0.7] {
-                let budget = (all as f64 * frac) as u64;
-                let Some(run) = VARIANTS[BISECTED..]
-                    .iter()
-                    .filter_map(|&(power, keep)| {
-                        evict_state(&g, budget, power, keep, None, None).map(|r| (r, power))
-                    })
-                    .min_by(|a, b| a.0.cost().total_cmp(&b.0.cost()))
-                else {
-                    continue;
-                };
-                let (r, power) = run;
-                let again = Ranges::replay(&g, r.keep, &r.applied, &vec![false; r.applied.len()]);
-                assert_eq!(again.plan(), r.plan(), "seed {seed} at {frac}: replay");
-                let (list, cost) = recreate(
-                    &g,
-                    budget,
-                    r.applied.clone(),
-                    r.cost(),
-                    (power, r.keep),
-                    usize::MAX,
-                    None,
-                );
-                let re = Ranges::replay(&g, r.keep, &list, &vec![false; list.len()]);
-                let sim = simulate(&g, &re.plan()).unwrap();
-                assert_eq!(sim.cost, cost, "seed {seed} at {frac}");
-                assert_eq!(sim.peak_bytes, re.peak().1, "seed {seed} at {frac}");
-                assert!(sim.peak_bytes <= budget, "seed {seed} at {frac}");
-                points += 1;
-                cheaper += usize::from(cost < r.cost());
-            }
+        for (seed, frac, g, budget) in layered_points() {
+            let Some(run) = VARIANTS[BISECTED..]
+                .iter()
+                .filter_map(|&(power, keep)| {
+                    evict_state(&g, budget, power, keep, None, None)
+                        .0
+                        .map(|r| (r, power))
+                })
+                .min_by(|a, b| a.0.cost().total_cmp(&b.0.cost()))
+            else {
+                continue;
+            };
+            let (r, power) = run;
+            let again = Ranges::replay(&g, r.keep, &r.applied, &vec![false; r.applied.len()]);
+            assert_eq!(again.plan(), r.plan(), "seed {seed} at {frac}: replay");
+            let (list, cost) = recreate(
+                &g,
+                budget,
+                r.applied.clone(),
+                r.cost(),
+                (power, r.keep),
+                usize::MAX,
+                None,
+            );
+            let re = Ranges::replay(&g, r.keep, &list, &vec![false; list.len()]);
+            let sim = simulate(&g, &re.plan()).unwrap();
+            assert_eq!(sim.cost, cost, "seed {seed} at {frac}");
+            assert_eq!(sim.peak_bytes, re.peak().1, "seed {seed} at {frac}");
+            assert!(sim.peak_bytes <= budget, "seed {seed} at {frac}");
+            points += 1;
+            cheaper += usize::from(cost < r.cost());
         }
         assert!(points >= 12, "only {points} points with plans");
         assert!(
