@@ -167,18 +167,11 @@ impl Judged {
     }
 }
 
-/// Whether a plan of `cost` is proven optimal: it computes every node once (`all_once`, the
-/// least any plan costs), or one of `bounds` proves it within the MIP gap.
-fn proven(
-    options: &SolveOptions,
-    all_once: f64,
-    cost: f64,
-    bounds: impl IntoIterator<Item = f64>,
-) -> bool {
-    cost <= all_once * (1.0 + 1e-12)
-        || bounds
-            .into_iter()
-            .any(|lb| options.proves_optimal(cost, lb))
+/// Whether one of `bounds` proves a plan of `cost` optimal (within the MIP gap).
+fn proven(options: &SolveOptions, cost: f64, bounds: impl IntoIterator<Item = f64>) -> bool {
+    bounds
+        .into_iter()
+        .any(|lb| options.proves_optimal(cost, lb))
 }
 
 /// The cheapest of `plans` (the first of equally cheap ones).
@@ -377,19 +370,13 @@ pub(crate) fn plan_lp_round(
             consider(j, &mut fits, &mut over);
         }
     }
-    // A plan that meets the known bound (or computes every node once) ends the solve here,
-    // before the LP: on ResNet50 at 0.5
+    // A plan that meets the known bound ends the solve here, before the LP: on ResNet50 at 0.5
     // of its peak the sketch's plan costs the stage-cover bound (411750), where the LP took 150 s
     // and the search and the reduced-cost-fixed MILP after it did not always find that plan
     // within 600 s.
-    let all_once = graph.total_cost();
-    if let Some(b) = cheapest(&fits).filter(|b| proven(options, all_once, b.cost, known_bound)) {
+    if let Some(b) = cheapest(&fits).filter(|b| proven(options, b.cost, known_bound)) {
         return Ok(Outcome {
-            lower_bound: Some(
-                known_bound
-                    .map_or(all_once, |lb| lb.max(all_once))
-                    .min(b.cost),
-            ),
+            lower_bound: known_bound.map(|lb| lb.min(b.cost)),
             plan: Some(b.plan.clone()),
             status: Status::Optimal,
             limit: None,
@@ -540,15 +527,13 @@ pub(crate) fn plan_lp_round(
         optima.push(without_unused_keeps(graph, b, budget_bytes));
     }
     let mut best = cheapest(&optima).cloned();
-    // Whether `b` is proven optimal by the LP bound or the known bound (on long chains, where
-    // the LP is skipped, the iterated search spent seconds on plans computing every node once).
+    // Whether `b` is proven optimal: by the LP bound or the known bound, or computing every node
+    // once (no plan costs less; on long chains, where the LP is skipped, the iterated search
+    // spent seconds on such plans).
+    let all_once = graph.total_cost();
     let settled = |b: &Judged| {
-        proven(
-            options,
-            all_once,
-            b.cost,
-            lower_bound.into_iter().chain(known_bound),
-        )
+        b.cost <= all_once * (1.0 + 1e-12)
+            || proven(options, b.cost, lower_bound.into_iter().chain(known_bound))
     };
     // Swaps from the distinct local optima, cheapest first: keep a recomputed tensor and repair
     // the excess elsewhere (a third of the time left in all; on random layered graphs at tight
