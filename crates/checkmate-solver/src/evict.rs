@@ -88,8 +88,6 @@ struct Ranges<'g> {
     keep: f64,
     /// The recomputations applied so far, in order (what [`Ranges::replay`] repeats).
     applied: Vec<Candidate>,
-    /// The peak the search reckoned when it got within the budget ([`evict_state`]).
-    reckoned: u64,
     /// The greedy steps [`descend`] has taken from this state (a measure of work that does not
     /// depend on the machine).
     steps: usize,
@@ -118,7 +116,6 @@ impl<'g> Ranges<'g> {
             noise: None,
             keep,
             applied: Vec::new(),
-            reckoned: 0,
             steps: 0,
         };
         for v in 0..n {
@@ -631,111 +628,87 @@ pub fn evict_plan_until(
             let (power, keep) = restart_variant(seed);
             (power, keep, Some(seed))
         }));
-    // The cheapest run: its cost, its recomputations, its variant, and its plan with the
-    // simulator's cost and peak.
-    struct Best {
-        cost: f64,
-        list: Vec<Candidate>,
-        variant: (f64, f64),
-        judged: (Plan, f64, u64),
-    }
+    // The cheapest run's state, its cost and its power.
     let mut steps = 0;
-    let mut best: Option<Best> = None;
+    let mut best: Option<(Ranges, f64, f64)> = None;
     for (power, keep, noise) in runs {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
         let (r, taken) = evict_state(graph, budget_bytes, power, keep, noise, deadline);
         steps += taken;
-        let cost = r.as_ref().map(|r| r.cost());
+        let cost = r.as_ref().map(Ranges::cost);
         tracing::debug!(power, keep, noise, cost, "evict: variant");
-        if let (Some(r), Some(cost)) = (r, cost) {
-            if best.as_ref().map_or(true, |b| cost < b.cost) {
-                let plan = r.plan();
-                let sim = simulate(graph, &plan).expect("evict builds valid plans");
-                best = Some(Best {
-                    cost,
-                    list: r.applied,
-                    variant: (power, keep),
-                    judged: (plan, sim.cost, sim.peak_bytes),
-                });
+        if let Some((r, cost)) = r.zip(cost) {
+            if best.as_ref().map_or(true, |b| cost < b.1) {
+                best = Some((r, cost, power));
             }
         }
     }
-    let Best {
-        cost,
-        list,
-        variant,
-        judged,
-    } = best?;
+    let (start, _, power) = best?;
     // Ruin and recreate takes up to twice the greedy steps of the runs, within `deadline`.
-    let (list, better) = recreate(
-        graph,
-        budget_bytes,
-        list,
-        cost,
-        variant,
-        RECREATE_WORK * steps,
-        deadline,
-    );
-    if better < cost {
-        let r = Ranges::replay(graph, variant.1, &list, &vec![false; list.len()]);
-        let p = r.plan();
-        let sim = simulate(graph, &p).expect("evict builds valid plans");
-        if sim.peak_bytes <= budget_bytes {
-            return Some((p, sim.cost, sim.peak_bytes));
+    let judge = |r: &Ranges| {
+        let plan = r.plan();
+        let sim = simulate(graph, &plan).expect("evict builds valid plans");
+        (plan, sim.cost, sim.peak_bytes)
+    };
+    if let Some(r) = recreate(&start, budget_bytes, power, RECREATE_WORK * steps, deadline) {
+        let judged = judge(&r);
+        if judged.2 <= budget_bytes {
+            return Some(judged);
         }
     }
-    Some(judged)
+    Some(judge(&start))
 }
 
-/// Ruin and recreate from the recomputations `list` of a plan within `budget_bytes` that costs
-/// `cost`. Each try leaves out the recomputations whose position is near that of one of them
+/// Ruin and recreate from `start`, a state within `budget_bytes`. Each try leaves out the
+/// recomputations of the cheapest state so far whose position is near that of one of them
 /// (chosen at random, seeded; up to `n / 25` positions either side), replays the rest
-/// ([`Ranges::replay`]), and lets the greedy search (`gain_power`, `keep`, fresh noise) bring the
-/// peak within the budget again; a cheaper result is kept. Stops after [`RECREATE_PATIENCE`]
-/// tries in a row without a gain, once its greedy steps pass `max_steps`, or at `deadline`.
-/// Returns the list and its cost.
-fn recreate(
-    graph: &Graph,
+/// ([`Ranges::replay`]), and lets the greedy search (`gain_power`, the state's keep, fresh noise)
+/// bring the peak within the budget again; a cheaper result is kept. Stops after
+/// [`RECREATE_PATIENCE`] tries in a row without a gain, once its greedy steps pass `max_steps`,
+/// or at `deadline`. Returns the cheapest state it found, if it is cheaper than `start`.
+fn recreate<'g>(
+    start: &Ranges<'g>,
     budget_bytes: u64,
-    mut list: Vec<Candidate>,
-    mut cost: f64,
-    (gain_power, keep): (f64, f64),
+    gain_power: f64,
     max_steps: usize,
     deadline: Option<Instant>,
-) -> (Vec<Candidate>, f64) {
-    let n = graph.len();
+) -> Option<Ranges<'g>> {
+    let n = start.graph.len();
+    let mut cost = start.cost();
+    let mut best: Option<Ranges<'g>> = None;
     let (mut fails, mut tries, mut gains, mut steps) = (0usize, 0u64, 0usize, 0usize);
     while fails < RECREATE_PATIENCE
         && steps < max_steps
-        && !list.is_empty()
+        && !start.applied.is_empty()
         && deadline.map_or(true, |d| Instant::now() < d)
     {
         tries += 1;
         let seed = RECREATE_SEED.wrapping_add(tries);
         let h = splitmix(seed);
+        let list = &best.as_ref().unwrap_or(start).applied;
         let center = list[(h % list.len() as u64) as usize].at;
         let width = 1 + n / 200 + ((h >> 32) % (n as u64 / 25 + 1)) as usize;
         let skip: Vec<bool> = list
             .iter()
             .map(|c| c.at.abs_diff(center) <= width)
             .collect();
-        let mut r = Ranges::replay(graph, keep, &list, &skip);
+        let mut r = Ranges::replay(start.graph, start.keep, list, &skip);
         r.noise = Some(seed);
         let done = descend(&mut r, budget_bytes, gain_power, deadline).is_some();
         steps += r.steps;
         let c = r.cost();
         if done && c < cost - 1e-9 * cost.abs() {
             tracing::trace!(tries, from = cost, to = c, "evict: recreated");
-            (list, cost, fails) = (r.applied, c, 0);
+            (best, cost, fails) = (Some(r), c, 0);
             gains += 1;
         } else {
             fails += 1;
         }
     }
     tracing::debug!(tries, gains, steps, cost, "evict: ruin and recreate");
-    (list, cost)
+    best
 }
 
 /// [`recreate`] stops after this many tries in a row without a cheaper plan.
@@ -809,7 +782,7 @@ fn evict_run(
     let r = evict_state(graph, budget_bytes, gain_power, keep, noise, deadline).0?;
     let plan = r.plan();
     let sim = simulate(graph, &plan).expect("evict builds valid plans");
-    let m = r.reckoned;
+    let m = r.peak().1;
     debug_assert!(sim.peak_bytes <= m);
     Some((plan, sim.cost, sim.peak_bytes, m))
 }
@@ -829,14 +802,9 @@ fn evict_state<'g>(
     }
     let mut r = Ranges::new(graph, keep);
     r.noise = noise;
-    match descend(&mut r, budget_bytes, gain_power, deadline) {
-        Some(m) => {
-            r.reckoned = m;
-            let steps = r.steps;
-            (Some(r), steps)
-        }
-        None => (None, r.steps),
-    }
+    let done = descend(&mut r, budget_bytes, gain_power, deadline).is_some();
+    let steps = r.steps;
+    (done.then_some(r), steps)
 }
 
 /// The greedy search from the state `r` is in: while the peak position is over
@@ -1100,22 +1068,16 @@ mod tests {
             let (r, power) = run;
             let again = Ranges::replay(&g, r.keep, &r.applied, &vec![false; r.applied.len()]);
             assert_eq!(again.plan(), r.plan(), "seed {seed} at {frac}: replay");
-            let (list, cost) = recreate(
-                &g,
-                budget,
-                r.applied.clone(),
-                r.cost(),
-                (power, r.keep),
-                usize::MAX,
-                None,
-            );
-            let re = Ranges::replay(&g, r.keep, &list, &vec![false; list.len()]);
+            points += 1;
+            let Some(re) = recreate(&r, budget, power, usize::MAX, None) else {
+                continue;
+            };
             let sim = simulate(&g, &re.plan()).unwrap();
-            assert_eq!(sim.cost, cost, "seed {seed} at {frac}");
+            assert_eq!(sim.cost, re.cost(), "seed {seed} at {frac}");
             assert_eq!(sim.peak_bytes, re.peak().1, "seed {seed} at {frac}");
             assert!(sim.peak_bytes <= budget, "seed {seed} at {frac}");
-            points += 1;
-            cheaper += usize::from(cost < r.cost());
+            assert!(re.cost() < r.cost(), "seed {seed} at {frac}");
+            cheaper += 1;
         }
         assert!(points >= 12, "only {points} points with plans");
         assert!(
