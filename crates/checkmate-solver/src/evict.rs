@@ -183,21 +183,43 @@ impl<'g> Ranges<'g> {
     /// nodes are left in `self.cone`, the inputs kept alive in `self.kept_inputs` (their bytes
     /// are not in the total: they enter the positions from their last range's end to `at`,
     /// which [`Ranges::best_candidate`] weighs and [`Ranges::recompute`] adds).
-    fn closure(&mut self, v: NodeIdx, at: usize, keep: f64) -> (f64, u64) {
+    ///
+    /// With `cut`, `(score, noise, divisor)`, the walk stops (and returns `None`) as soon as
+    /// `v`'s cost and the inputs' so far, scored as a candidate is (`noise * cost / divisor`),
+    /// reach `score`: the closure can then only score worse than a candidate already found.
+    fn closure(
+        &mut self,
+        v: NodeIdx,
+        at: usize,
+        keep: f64,
+        cut: Option<(f64, f64, f64)>,
+    ) -> Option<(f64, u64)> {
         self.stamp += 1;
         self.cone.clear();
         self.kept_inputs.clear();
         self.declined = false;
         let mut total = (0.0, 0u64);
-        self.closure_of(v, at, keep, &mut total);
+        let own = self.graph.node(v).cost;
+        let cut = cut.map(|(score, noise, divisor)| (own, score, noise, divisor));
+        if !self.closure_of(v, at, keep, cut, &mut total) {
+            return None;
+        }
         // By the end of their last range, for [`Ranges::kept_gain`]'s running sum.
         self.kept_inputs.sort_unstable_by_key(|k| k.1);
-        total
+        Some(total)
     }
 
     /// [`Ranges::closure`] below `u`, in the order [`Ranges::recompute`] takes (depth first, an
-    /// input decided where it is met first), adding to `total`.
-    fn closure_of(&mut self, u: NodeIdx, at: usize, keep: f64, total: &mut (f64, u64)) {
+    /// input decided where it is met first), adding to `total`; `false` where `cut` (the top
+    /// node's cost, then as in [`Ranges::closure`]) stopped it.
+    fn closure_of(
+        &mut self,
+        u: NodeIdx,
+        at: usize,
+        keep: f64,
+        cut: Option<(f64, f64, f64, f64)>,
+        total: &mut (f64, u64),
+    ) -> bool {
         for k in 0..self.graph.preds(u).len() {
             let p = self.graph.preds(u)[k];
             if self.seen[p] == self.stamp || self.range_at(p, at).is_some() {
@@ -215,9 +237,16 @@ impl<'g> Ranges<'g> {
                 total.0 += self.graph.node(p).cost;
                 total.1 += self.graph.node(p).bytes;
                 self.cone.push(p);
-                self.closure_of(p, at, keep, total);
+                // The same expression as the candidate's score, on a prefix of its sum.
+                if cut.is_some_and(|(own, score, noise, divisor)| {
+                    noise * (own + total.0).max(1e-9) / divisor >= score
+                }) || !self.closure_of(p, at, keep, cut, total)
+                {
+                    return false;
+                }
             }
         }
+        true
     }
 
     /// Where input `p` of `v`, dead at `at`, is kept alive from (the end of its last range
@@ -412,13 +441,20 @@ impl<'g> Ranges<'g> {
                     if (i == 1 && !kept_any) || (i == 2 && !declined) {
                         continue;
                     }
-                    let (extra_cost, extra_bytes) = self.closure(v, r, mode);
+                    let divisor = gain.powf(gain_power);
+                    let cut = best.as_ref().map(|b| (b.score, noise, divisor));
+                    let closure = self.closure(v, r, mode, cut);
                     if i == 0 {
-                        declined = self.declined;
+                        // Keeping every dead input costs no more than this mode: tried where this
+                        // one met an input too large to keep, or was cut short.
+                        declined = self.declined || closure.is_none();
                     }
+                    let Some((extra_cost, extra_bytes)) = closure else {
+                        continue;
+                    };
                     let before = self.at(r);
                     let cost = self.graph.node(v).cost + extra_cost;
-                    let mut score = noise * cost.max(1e-9) / gain.powf(gain_power);
+                    let mut score = noise * cost.max(1e-9) / divisor;
                     if best.as_ref().is_some_and(|b| score >= b.score) {
                         continue;
                     }
