@@ -1134,6 +1134,59 @@ mod tests {
         );
     }
 
+    /// A tensor read last by a recomputation is freed right after it, before the position's
+    /// node runs, in the search's reckoning and in the plan alike. `p` (100 bytes) feeds `v`,
+    /// which `w` and `u` read; freed after `w` and recomputed before `u` with `p` kept alive to
+    /// there, `v` costs one compute more, and `p` goes right after it: the position peaks at
+    /// `w + p + v` (120), not at `w + p + v + u` (130).
+    #[test]
+    fn an_input_read_last_by_a_recomputation_is_freed_after_it() {
+        use checkmate_graph::{NodeKind, NodeSpec};
+        let spec = |id: u64, bytes: u64, deps: Vec<u64>| NodeSpec {
+            id,
+            name: format!("n{id}"),
+            kind: NodeKind::Forward,
+            cost: 1.0,
+            bytes,
+            workspace_bytes: 0,
+            deps,
+            alternatives: Vec::new(),
+        };
+        let g = Graph::new(
+            "early-free",
+            "flops",
+            0,
+            vec![
+                spec(0, 100, vec![]),
+                spec(1, 10, vec![0]),
+                spec(2, 10, vec![1]),
+                spec(3, 10, vec![2, 1]),
+            ],
+        )
+        .unwrap();
+        let mut r = Ranges::new(&g, f64::INFINITY);
+        let c = Candidate {
+            node: 1,
+            from: 2,
+            at: 3,
+            cost: 1.0,
+            score: 0.0,
+            keep: f64::INFINITY,
+        };
+        r.apply(&c);
+        assert_eq!(r.at(3), 120);
+        let plan = r.plan();
+        let sim = simulate(&g, &plan).unwrap();
+        assert_eq!(sim.peak_bytes, r.peak().1);
+        let pos = |s: Step| plan.steps.iter().rposition(|&x| x == s).unwrap();
+        assert!(
+            pos(Step::Free(0)) < pos(Step::Compute(3)),
+            "{:?}",
+            plan.steps
+        );
+        assert!(pos(Step::Compute(1)) < pos(Step::Free(0)));
+    }
+
     /// Ruin and recreate keeps plans valid and makes them cheaper: replaying a run's
     /// recomputations gives its plan again; every plan it returns is within the budget by the
     /// simulator's count, which equals the search's own; and on generated 150-node random
