@@ -179,10 +179,10 @@ impl<'g> Ranges<'g> {
     }
 
     /// Cost and bytes of recomputing at `at` the inputs of `v` that are not live there and not
-    /// kept alive to there ([`Ranges::kept_end`] with `keep`), recursively (`v` itself not included); the
-    /// nodes are left in `self.cone`, the inputs kept alive in `self.kept_inputs` (their bytes
-    /// are not in the total: they enter the positions from their last range's end to `at`,
-    /// which [`Ranges::best_candidate`] weighs and [`Ranges::recompute`] adds).
+    /// kept alive to there ([`Ranges::kept_end`] with `keep`), recursively (`v` itself not
+    /// included); the nodes are left in `self.cone`, the inputs kept alive in `self.kept_inputs`
+    /// (their bytes are not in the total: they enter the positions from their last range's end
+    /// to `at`, which [`Ranges::best_candidate`] weighs and [`Ranges::recompute`] adds).
     ///
     /// With `cut`, `(score, noise, divisor)`, the walk stops (and returns `None`) as soon as
     /// `v`'s cost and the inputs' so far, scored as a candidate is (`noise * cost / divisor`),
@@ -226,9 +226,7 @@ impl<'g> Ranges<'g> {
                 continue;
             }
             self.seen[p] = self.stamp;
-            if keep > 0.0
-                && self.graph.node(p).bytes as f64 > keep * self.graph.node(u).bytes as f64
-            {
+            if keep > 0.0 && self.too_large(p, u, keep) {
                 self.declined = true;
             }
             if let Some(end) = self.kept_end(p, u, at, keep) {
@@ -249,11 +247,17 @@ impl<'g> Ranges<'g> {
         true
     }
 
+    /// Whether input `p` is too large to keep alive for `v` in mode `keep`: more than `keep`
+    /// times `v`'s bytes.
+    fn too_large(&self, p: NodeIdx, v: NodeIdx, keep: f64) -> bool {
+        self.graph.node(p).bytes as f64 > keep * self.graph.node(v).bytes as f64
+    }
+
     /// Where input `p` of `v`, dead at `at`, is kept alive from (the end of its last range
     /// before `at`), if it is kept instead of computed again: when it is at most `keep` times
     /// `v`'s bytes (a mode as [`Ranges::keep`]).
     fn kept_end(&self, p: NodeIdx, v: NodeIdx, at: usize, keep: f64) -> Option<usize> {
-        if keep <= 0.0 || self.graph.node(p).bytes as f64 > keep * self.graph.node(v).bytes as f64 {
+        if keep <= 0.0 || self.too_large(p, v, keep) {
             return None;
         }
         // Its last range before `at`: the one that starts at its last compute before `at`.
@@ -425,12 +429,14 @@ impl<'g> Ranges<'g> {
                 // No closure where the node's own cost already scores no better than the best:
                 // inputs computed again only add cost, and kept ones only take gain off.
                 let noise = self.noise.map_or(1.0, |seed| noise_factor(seed, v, r, t));
-                let own = noise * self.graph.node(v).cost.max(1e-9) / gain.powf(gain_power);
+                let divisor = gain.powf(gain_power);
+                let own = noise * self.graph.node(v).cost.max(1e-9) / divisor;
                 if best.as_ref().is_some_and(|b| own >= b.score) {
                     continue;
                 }
-                // With kept inputs, each spot is tried both ways: keeping the dead inputs
-                // that qualify, and (where some did) computing every one again.
+                // With kept inputs, each spot is tried up to three ways: keeping the dead inputs
+                // that qualify, computing every one again (where some qualified), and keeping
+                // every one (where some did not).
                 let modes: &[f64] = if keep > 0.0 {
                     &[keep, 0.0, f64::INFINITY]
                 } else {
@@ -441,7 +447,6 @@ impl<'g> Ranges<'g> {
                     if (i == 1 && !kept_any) || (i == 2 && !declined) {
                         continue;
                     }
-                    let divisor = gain.powf(gain_power);
                     let cut = best.as_ref().map(|b| (b.score, noise, divisor));
                     let closure = self.closure(v, r, mode, cut);
                     if i == 0 {
@@ -602,8 +607,8 @@ impl<'g> Ranges<'g> {
     }
 
     /// Adds a compute of `v` at `at` and of its inputs not live there (recursively; those that
-    /// [`Ranges::kept_end`] keeps with `keep` are kept alive to `at` instead, their bytes added over the
-    /// positions in between), and records the reads.
+    /// [`Ranges::kept_end`] keeps with `keep` are kept alive to `at` instead, their bytes added
+    /// over the positions in between), and records the reads.
     fn recompute(&mut self, v: NodeIdx, at: usize, keep: f64) {
         let k = self.starts[v].partition_point(|&s| s < at);
         self.starts[v].insert(k, at);
