@@ -103,8 +103,19 @@ pub(crate) type Move = (usize, usize, usize, bool);
 impl Judged {
     /// Judges the cheapest schedule for `keeps` against `budget`.
     pub(crate) fn of(graph: &Graph, keeps: Vec<FixedBitSet>, budget: u64) -> Option<Judged> {
+        Judged::near(graph, keeps, budget, None)
+    }
+
+    /// [`Judged::of`], with the figures of the stages it shares with `base` taken from `base`.
+    fn near(
+        graph: &Graph,
+        keeps: Vec<FixedBitSet>,
+        budget: u64,
+        base: Option<&Judged>,
+    ) -> Option<Judged> {
         let keeps = warm::clean_keeps(graph, &keeps);
-        let schedule = warm::schedule_for_keeps(graph, &keeps);
+        // `warm::schedule_for_keeps` without cleaning the clean keeps again.
+        let schedule = Schedule::cheapest_given_keeps(graph, keeps.clone()).ok()?;
         let plan = schedule.to_plan(graph);
         let sim = simulate(graph, &plan).ok()?;
         let excess = plan
@@ -116,7 +127,8 @@ impl Judged {
                 Step::Free(_) => 0,
             })
             .sum();
-        let profile = eval::Evaluator::new(graph).profile(graph, &keeps, budget);
+        let base = base.map(|b| (&b.keeps[..], &b.profile));
+        let profile = eval::Evaluator::new(graph).profile_near(graph, &keeps, budget, base);
         let stats = &profile.stats;
         debug_assert_eq!(
             (
@@ -163,7 +175,7 @@ impl Judged {
         for row in &mut keeps[a..=b] {
             row.set(i, add);
         }
-        Judged::of(graph, keeps, budget)
+        Judged::near(graph, keeps, budget, Some(self))
     }
 }
 

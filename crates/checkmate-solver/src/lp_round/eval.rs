@@ -12,6 +12,9 @@
 //! the maximum of per-stage figures. [`super::Judged::of`] checks, in debug builds, that these
 //! figures are the simulator's.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
 use checkmate_graph::{stage_computes, Graph};
 use fixedbitset::FixedBitSet;
 
@@ -35,10 +38,19 @@ pub(crate) struct Profile {
     /// stage `t`'s are `moments[offsets[t]..offsets[t + 1]]`.
     moments: Vec<u64>,
     offsets: Vec<usize>,
+    /// Every stage's computes, in order; stage `t`'s are `computes[starts[t]..starts[t + 1]]`.
+    computes: Vec<u32>,
+    starts: Vec<usize>,
+    /// The budget the excesses are measured against.
+    budget: u64,
     /// Bytes kept into each stage.
     kept: Vec<u64>,
     /// For each tensor, the stages (ascending) that compute it or a reader of it.
     touched: Vec<Vec<u32>>,
+    /// `before[t]`: the highest peak of stages `..t`; `from[t]`: of stages `t..` (one more
+    /// entry each, 0 for no stage), so a move's peak needs only the stages it changes.
+    before: Vec<u64>,
+    from: Vec<u64>,
 }
 
 /// Scratch space and per-graph facts for stage evaluations.
@@ -54,7 +66,56 @@ pub(crate) struct Evaluator {
     /// Rows of a moved keep matrix.
     row: FixedBitSet,
     next_row: FixedBitSet,
+    /// Stage figures of earlier moves, when switched on ([`Evaluator::remembering`]).
+    memo: Option<Memo>,
 }
+
+/// Stage figures after a change of one tensor's keeps, remembered while the rows they depend on
+/// stand. Stage `t`'s figures after setting tensor `i`'s keeps into `t` and `t + 1` depend on
+/// rows `t` and `t + 1` of the keep matrix alone (module doc), so a repair that tries the same
+/// keep runs round after round, while each chosen move changes a few rows, evaluates each stage
+/// once per change of its rows instead of once per try.
+struct Memo {
+    /// The budget the excesses were measured against.
+    budget: u64,
+    /// The keep matrix moves are judged against now ([`Evaluator::sync`]).
+    base: Vec<FixedBitSet>,
+    /// Per stage, how many times its rows changed ([`Evaluator::sync`]).
+    epoch: Vec<u32>,
+    /// `(i, t, kept into t, kept into t + 1)` ([`memo_key`]) to the stage's epoch then and its
+    /// figures.
+    figures: HashMap<u64, (u32, Figures), BuildHasherDefault<MixHasher>>,
+    /// Stages answered from `figures` so far.
+    hits: usize,
+}
+
+/// The memo's key of stage `t`'s figures with `i` kept into `t` and `t + 1` as `kept` says.
+fn memo_key(i: usize, t: usize, kept: (bool, bool)) -> u64 {
+    ((i as u64) << 34) | ((t as u64) << 2) | (u64::from(kept.0) << 1) | u64::from(kept.1)
+}
+
+/// A hasher for the memo's integer keys: one multiply-xorshift, no SipHash (the lookups are a
+/// hot path of the repair and the keys are not attacker-controlled).
+#[derive(Default)]
+struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        let h = (self.0 ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
+
+/// Remembered stage figures beyond which the memo starts again (about 40 MB).
+const MEMO_CAP: usize = 1 << 20;
 
 impl Evaluator {
     pub(crate) fn new(graph: &Graph) -> Evaluator {
@@ -68,7 +129,61 @@ impl Evaluator {
             moments: Vec::new(),
             row: FixedBitSet::with_capacity(n),
             next_row: FixedBitSet::with_capacity(n),
+            memo: None,
         }
+    }
+
+    /// An evaluator that remembers the stage figures of the moves it judges, for a caller that
+    /// judges moves against one keep matrix after another and reports each new matrix with
+    /// [`Evaluator::sync`] before judging against it.
+    pub(crate) fn remembering(graph: &Graph, budget: u64) -> Evaluator {
+        let mut ev = Evaluator::new(graph);
+        ev.memo = Some(Memo {
+            budget,
+            base: Vec::new(),
+            epoch: vec![0; graph.len()],
+            figures: HashMap::default(),
+            hits: 0,
+        });
+        ev
+    }
+
+    /// Moves are judged against `keeps` from now on: forgets the remembered figures of the stages
+    /// whose rows differ from the previous matrix's (stage `t` depends on rows `t` and `t + 1`).
+    pub(crate) fn sync(&mut self, keeps: &[FixedBitSet]) {
+        let Some(memo) = &mut self.memo else {
+            return;
+        };
+        if memo.base.len() != keeps.len() {
+            memo.base = keeps.to_vec();
+            memo.epoch.iter_mut().for_each(|e| *e += 1);
+            return;
+        }
+        for (t, (o, n)) in memo.base.iter_mut().zip(keeps).enumerate() {
+            if o != n {
+                o.clone_from(n);
+                memo.epoch[t] += 1;
+                if t > 0 {
+                    memo.epoch[t - 1] += 1;
+                }
+            }
+        }
+    }
+
+    /// The remembered figures under `key` of stage `t`, if its rows have not changed since.
+    fn remembered(&mut self, key: u64, t: usize, budget: u64) -> Option<Figures> {
+        let m = self.memo.as_mut()?;
+        debug_assert_eq!(
+            m.budget, budget,
+            "a remembering evaluator serves one budget"
+        );
+        let f = m
+            .figures
+            .get(&key)
+            .filter(|(epoch, _)| *epoch == m.epoch[t])
+            .map(|&(_, f)| f);
+        m.hits += usize::from(f.is_some());
+        f
     }
 
     /// The figures of stage `t` of the cheapest schedule whose keeps into `t` and `t + 1` are
@@ -130,24 +245,62 @@ impl Evaluator {
     }
 
     /// The [`Profile`] of the cheapest schedule for the cleaned `keeps`.
+    #[cfg(test)]
     pub(crate) fn profile(&mut self, graph: &Graph, keeps: &[FixedBitSet], budget: u64) -> Profile {
+        self.profile_near(graph, keeps, budget, None)
+    }
+
+    /// [`Evaluator::profile`], taking the figures of each stage whose rows (`t` and `t + 1`) are
+    /// those of `base`'s keeps from `base`'s profile (measured against the same budget) instead
+    /// of evaluating the stage again: the plan after a move differs from the plan before it in a
+    /// few stages only.
+    pub(crate) fn profile_near(
+        &mut self,
+        graph: &Graph,
+        keeps: &[FixedBitSet],
+        budget: u64,
+        base: Option<(&[FixedBitSet], &Profile)>,
+    ) -> Profile {
         let n = keeps.len();
+        let base = base.filter(|(k, p)| k.len() == n && p.budget == budget);
+        let same_row = |t: usize| t >= n || base.is_some_and(|(k, _)| k[t] == keeps[t]);
         let mut p = Profile {
             stats: Vec::with_capacity(n),
             moments: Vec::new(),
             offsets: vec![0],
-            kept: keeps
-                .iter()
-                .map(|k| k.ones().map(|i| graph.node(i).bytes).sum())
+            computes: Vec::new(),
+            starts: vec![0],
+            budget,
+            kept: (0..n)
+                .map(|t| match base {
+                    Some((_, b)) if same_row(t) => b.kept[t],
+                    _ => keeps[t].ones().map(|i| graph.node(i).bytes).sum(),
+                })
                 .collect(),
             touched: vec![Vec::new(); n],
+            before: Vec::new(),
+            from: Vec::new(),
         };
         for t in 0..n {
-            let s = self.stage(graph, t, &keeps[t], keeps.get(t + 1), p.kept[t], budget);
-            p.stats.push(s);
-            p.moments.extend_from_slice(&self.moments);
+            match base {
+                Some((_, b)) if same_row(t) && same_row(t + 1) => {
+                    p.stats.push(b.stats[t]);
+                    p.moments
+                        .extend_from_slice(&b.moments[b.offsets[t]..b.offsets[t + 1]]);
+                    p.computes
+                        .extend_from_slice(&b.computes[b.starts[t]..b.starts[t + 1]]);
+                }
+                _ => {
+                    let s = self.stage(graph, t, &keeps[t], keeps.get(t + 1), p.kept[t], budget);
+                    p.stats.push(s);
+                    p.moments.extend_from_slice(&self.moments);
+                    p.computes.extend(self.compute.ones().map(|k| k as u32));
+                }
+            }
             p.offsets.push(p.moments.len());
-            for k in self.compute.ones() {
+            p.starts.push(p.computes.len());
+            for &k in &p.computes[p.starts[t]..] {
+                let k = k as usize;
                 p.touched[k].push(t as u32);
                 for &q in graph.preds(k) {
                     if p.touched[q].last() != Some(&(t as u32)) {
@@ -155,6 +308,16 @@ impl Evaluator {
                     }
                 }
             }
+        }
+        p.before = std::iter::once(0)
+            .chain(p.stats.iter().scan(0, |m, s| {
+                *m = s.peak.max(*m);
+                Some(*m)
+            }))
+            .collect();
+        p.from = vec![0; n + 1];
+        for t in (0..n).rev() {
+            p.from[t] = p.from[t + 1].max(p.stats[t].peak);
         }
         p
     }
@@ -175,6 +338,10 @@ impl Evaluator {
         budget: u64,
     ) -> Figures {
         let n = keeps.len();
+        debug_assert!(
+            self.memo.as_ref().map_or(true, |m| m.base == keeps),
+            "moves judged against a keep matrix the evaluator was not synced to"
+        );
         let facts = &self.facts;
         let kept_after = |t: usize| -> bool {
             if (a..=b).contains(&t) {
@@ -211,6 +378,8 @@ impl Evaluator {
                     peak,
                     excess,
                 }
+            } else if let Some(f) = self.remembered(memo_key(i, t, after), t, budget) {
+                f
             } else {
                 let mut row = std::mem::take(&mut self.row);
                 let mut next_row = std::mem::take(&mut self.next_row);
@@ -229,21 +398,29 @@ impl Evaluator {
                 let s = self.stage(graph, t, &row, next, kept, budget);
                 self.row = row;
                 self.next_row = next_row;
+                if let Some(m) = &mut self.memo {
+                    if m.figures.len() >= MEMO_CAP {
+                        m.figures.clear();
+                    }
+                    m.figures.insert(memo_key(i, t, after), (m.epoch[t], s));
+                }
                 s
             };
             cost += s.cost - old.cost;
             excess += i128::from(s.excess) - i128::from(old.excess);
             new_peak.push((t, s.peak));
         }
-        let mut peak = 0u64;
+        // Stages outside `first..=b` keep their peaks; inside, the unchanged ones too.
+        let last = b.min(n - 1);
+        let mut peak = profile.before[first].max(profile.from[last + 1]);
         let mut changed = new_peak.iter().peekable();
-        for (t, s) in profile.stats.iter().enumerate() {
+        for t in first..=last {
             match changed.peek() {
                 Some(&&(c, p)) if c == t => {
                     peak = peak.max(p);
                     changed.next();
                 }
-                _ => peak = peak.max(s.peak),
+                _ => peak = peak.max(profile.stats[t].peak),
             }
         }
         Figures {
@@ -325,6 +502,11 @@ mod tests {
                 let f = cur.figures_after(&g, &mut ev, mv, budget);
                 let j = cur.after(&g, mv, budget).unwrap();
                 assert_eq!(
+                    j.profile,
+                    ev.profile(&g, &j.keeps, budget),
+                    "seed {seed}, {mv:?}"
+                );
+                assert_eq!(
                     (f.peak, f.excess),
                     (j.peak, j.excess),
                     "seed {seed}, {mv:?}"
@@ -337,5 +519,51 @@ mod tests {
             }
         }
         assert_eq!(checked, 480);
+    }
+
+    /// A remembering evaluator synced to a keep matrix that changes by moves (as in the repair)
+    /// judges every move as a fresh evaluator does, answering many stages from its memo.
+    #[test]
+    fn remembered_stage_figures_follow_the_changing_matrix() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let mut hits = 0;
+        for seed in 0..6 {
+            let g = random_layered(&LayeredParams::moccasin(40 + 10 * seed as usize, 0.3), seed)
+                .unwrap();
+            let n = g.len();
+            let budget = g.nodes().iter().map(|v| v.bytes).sum::<u64>() / 3;
+            let keeps: Vec<FixedBitSet> = (0..n)
+                .map(|t| {
+                    let mut r = FixedBitSet::with_capacity(n);
+                    for i in 0..t {
+                        if rng.gen_bool(0.3) {
+                            r.insert(i);
+                        }
+                    }
+                    r
+                })
+                .collect();
+            let mut cur = Judged::of(&g, keeps, budget).unwrap();
+            let mut memo = Evaluator::remembering(&g, budget);
+            let random_move = |rng: &mut ChaCha8Rng| {
+                let i = rng.gen_range(0..n - 1);
+                let a = rng.gen_range(i + 1..n);
+                let b = rng.gen_range(a..n);
+                (i, a, b, rng.gen_bool(0.5))
+            };
+            let pool: Vec<_> = (0..8).map(|_| random_move(&mut rng)).collect();
+            for round in 0..60 {
+                memo.sync(&cur.keeps);
+                for &mv in &pool {
+                    let remembered = cur.figures_after(&g, &mut memo, mv, budget);
+                    let fresh = cur.figures_after(&g, &mut Evaluator::new(&g), mv, budget);
+                    assert_eq!(remembered, fresh, "seed {seed}, round {round}, {mv:?}");
+                }
+                // The matrix moves on, as after a repair's chosen move.
+                cur = cur.after(&g, random_move(&mut rng), budget).unwrap();
+            }
+            hits += memo.memo.as_ref().unwrap().hits;
+        }
+        assert!(hits > 1000, "only {hits} stages answered from the memo");
     }
 }

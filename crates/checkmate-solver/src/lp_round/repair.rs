@@ -67,6 +67,17 @@ fn keep_instead(cur: &Judged, i: usize, t: usize) -> Option<(usize, usize, usize
     Some((i, a + 1, t))
 }
 
+/// The tensors from `from` on (ascending) that stage `t` of `cur` computes without keeping them
+/// into `t` (those [`keep_instead`] may move).
+fn recomputed_in(cur: &Judged, t: usize, from: usize) -> Vec<usize> {
+    let keeps = cur.schedule.keeps(t);
+    cur.schedule
+        .computes(t)
+        .ones()
+        .filter(|&i| i >= from && i < t && !keeps.contains(i))
+        .collect()
+}
+
 /// The step of the highest moment (live bytes plus workspace after a compute).
 fn peak_step(graph: &Graph, cur: &Judged) -> Option<usize> {
     let sim = checkmate_graph::simulate(graph, &cur.plan).ok()?;
@@ -101,7 +112,9 @@ fn descend(
     keep_lowest: bool,
 ) -> (Judged, bool) {
     let mut lowest: Option<Judged> = None;
-    let ev = &mut Evaluator::new(graph);
+    // Each round tries keep runs around the peak again and changes a few rows: remember stages.
+    let ev = &mut Evaluator::remembering(graph, budget);
+    ev.sync(&cur.keeps);
     let stuck = |cur: Judged, lowest: Option<Judged>| match lowest {
         Some(l) if l.peak <= cur.peak => (l, false),
         _ => (cur, false),
@@ -167,6 +180,7 @@ fn descend(
         let Some(next) = cur.after(graph, chosen, budget) else {
             return stuck(cur, lowest);
         };
+        ev.sync(&next.keeps);
         if keep_lowest && lowest.as_ref().map_or(true, |l| cur.peak < l.peak) {
             lowest = Some(cur);
         }
@@ -200,7 +214,13 @@ fn search(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant, swap: 
     loop {
         let mut improved = false;
         for t in 1..n {
-            for i in 0..t {
+            // The tensors stage `t` recomputes, ascending; after an accepted move, those of the
+            // new plan above the one just tried.
+            let mut pending = recomputed_in(&cur, t, 0);
+            let mut k = 0;
+            while k < pending.len() {
+                let i = pending[k];
+                k += 1;
                 if Instant::now() >= deadline {
                     return cur;
                 }
@@ -226,6 +246,8 @@ fn search(graph: &Graph, mut cur: Judged, budget: u64, deadline: Instant, swap: 
                 if j.peak <= budget && cheaper(j.cost) {
                     cur = j;
                     improved = true;
+                    pending = recomputed_in(&cur, t, i + 1);
+                    k = 0;
                 }
             }
         }
@@ -301,7 +323,11 @@ pub(crate) fn iterated(
             // Keep a recomputed tensor from its previous compute instead of recomputing it.
             let cur = &cur;
             let recomputed: Vec<(usize, usize, usize)> = (1..n)
-                .flat_map(|t| (0..t).filter_map(move |i| keep_instead(cur, i, t)))
+                .flat_map(|t| {
+                    recomputed_in(cur, t, 0)
+                        .into_iter()
+                        .filter_map(move |i| keep_instead(cur, i, t))
+                })
                 .collect();
             if recomputed.is_empty() {
                 break;
