@@ -462,6 +462,29 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// A keep matrix of `n` stages keeping each earlier tensor with probability 0.3.
+    fn random_keeps(n: usize, rng: &mut ChaCha8Rng) -> Vec<FixedBitSet> {
+        (0..n)
+            .map(|t| {
+                let mut r = FixedBitSet::with_capacity(n);
+                for i in 0..t {
+                    if rng.gen_bool(0.3) {
+                        r.insert(i);
+                    }
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// A random move on `n` stages: a tensor, a run of stages after it, kept or dropped.
+    fn random_move(n: usize, rng: &mut ChaCha8Rng) -> super::super::Move {
+        let i = rng.gen_range(0..n - 1);
+        let a = rng.gen_range(i + 1..n);
+        let b = rng.gen_range(a..n);
+        (i, a, b, rng.gen_bool(0.5))
+    }
+
     /// Random keep matrices and random moves on random layered graphs (workspaces included): the
     /// figures judged from the changed stages are the simulator's for the moved matrix.
     #[test]
@@ -480,25 +503,12 @@ mod tests {
             }
             let n = g.len();
             let budget = rng.gen_range(0..2 * g.nodes().iter().map(|v| v.bytes).sum::<u64>() / 3);
-            let keeps: Vec<FixedBitSet> = (0..n)
-                .map(|t| {
-                    let mut r = FixedBitSet::with_capacity(n);
-                    for i in 0..t {
-                        if rng.gen_bool(0.3) {
-                            r.insert(i);
-                        }
-                    }
-                    r
-                })
-                .collect();
+            let keeps = random_keeps(n, &mut rng);
             let cur = Judged::of(&g, keeps, budget).unwrap();
             let mut ev = Evaluator::new(&g);
             assert_eq!(ev.profile(&g, &cur.keeps, budget), cur.profile);
             for _ in 0..40 {
-                let i = rng.gen_range(0..n - 1);
-                let a = rng.gen_range(i + 1..n);
-                let b = rng.gen_range(a..n);
-                let mv = (i, a, b, rng.gen_bool(0.5));
+                let mv = random_move(n, &mut rng);
                 let f = cur.figures_after(&g, &mut ev, mv, budget);
                 let j = cur.after(&g, mv, budget).unwrap();
                 assert_eq!(
@@ -532,26 +542,10 @@ mod tests {
                 .unwrap();
             let n = g.len();
             let budget = g.nodes().iter().map(|v| v.bytes).sum::<u64>() / 3;
-            let keeps: Vec<FixedBitSet> = (0..n)
-                .map(|t| {
-                    let mut r = FixedBitSet::with_capacity(n);
-                    for i in 0..t {
-                        if rng.gen_bool(0.3) {
-                            r.insert(i);
-                        }
-                    }
-                    r
-                })
-                .collect();
+            let keeps = random_keeps(n, &mut rng);
             let mut cur = Judged::of(&g, keeps, budget).unwrap();
             let mut memo = Evaluator::remembering(&g, budget);
-            let random_move = |rng: &mut ChaCha8Rng| {
-                let i = rng.gen_range(0..n - 1);
-                let a = rng.gen_range(i + 1..n);
-                let b = rng.gen_range(a..n);
-                (i, a, b, rng.gen_bool(0.5))
-            };
-            let pool: Vec<_> = (0..8).map(|_| random_move(&mut rng)).collect();
+            let pool: Vec<_> = (0..8).map(|_| random_move(n, &mut rng)).collect();
             for round in 0..60 {
                 memo.sync(&cur.keeps);
                 for &mv in &pool {
@@ -560,7 +554,7 @@ mod tests {
                     assert_eq!(remembered, fresh, "seed {seed}, round {round}, {mv:?}");
                 }
                 // The matrix moves on, as after a repair's chosen move.
-                cur = cur.after(&g, random_move(&mut rng), budget).unwrap();
+                cur = cur.after(&g, random_move(n, &mut rng), budget).unwrap();
             }
             hits += memo.memo.as_ref().unwrap().hits;
         }
