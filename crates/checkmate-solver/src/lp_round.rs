@@ -115,7 +115,8 @@ impl Judged {
     ) -> Option<Judged> {
         let keeps = warm::clean_keeps(graph, &keeps);
         // `warm::schedule_for_keeps` without cleaning the clean keeps again.
-        let schedule = Schedule::cheapest_given_keeps(graph, keeps.clone()).ok()?;
+        let schedule = Schedule::cheapest_given_keeps(graph, keeps.clone())
+            .expect("clean keeps only hold tensors computed before their stage");
         let plan = schedule.to_plan(graph);
         let sim = simulate(graph, &plan).ok()?;
         let excess = plan
