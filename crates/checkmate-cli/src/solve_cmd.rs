@@ -123,6 +123,7 @@ pub fn run(args: SolveArgs) -> Result<()> {
             "overhead": sim.map(|s| s.overhead(&graph)),
             "computes": sim.map(|s| s.computes),
             "solve_seconds": solution.solve_seconds,
+            "exact_model": solution.exact_model,
             "peak_resident_bytes": checkmate_solver::peak_resident_bytes(),
             "limit": solution.limit.map(|l| match l {
                 Limit::Time => json!({"kind": "time"}),

@@ -999,6 +999,7 @@ impl Strategy for Evict {
         let plan = evict_plan_until(graph, budget_bytes, deadline).map(|(p, _, _)| p);
         let timed_out = plan.is_none() && deadline.is_some_and(|d| Instant::now() >= d);
         Ok(Outcome {
+            exact_model: false,
             status: match (&plan, timed_out) {
                 (Some(_), _) => Status::Feasible,
                 (None, true) => Status::Timeout,

@@ -389,6 +389,7 @@ pub(crate) fn plan_lp_round(
     // within 600 s.
     if let Some(b) = cheapest(&fits).filter(|b| proven(options, b.cost, known_bound)) {
         return Ok(Outcome {
+            exact_model: false,
             lower_bound: known_bound.map(|lb| lb.min(b.cost)),
             plan: Some(b.plan.clone()),
             status: Status::Optimal,
@@ -665,6 +666,7 @@ pub(crate) fn plan_lp_round(
             if fixed.optimal {
                 let b = best.expect("the fixed MILP starts from a plan");
                 return Ok(Outcome {
+                    exact_model: false,
                     lower_bound: Some(b.cost),
                     plan: Some(b.plan),
                     status: Status::Optimal,
@@ -703,6 +705,7 @@ pub(crate) fn plan_lp_round(
         };
         if let Some(out) = exact_polish(graph, budget_bytes, options, until, best.as_ref())? {
             return Ok(Outcome {
+                exact_model: false,
                 lower_bound: out.lower_bound.or(lower_bound),
                 ..out
             });
@@ -714,6 +717,7 @@ pub(crate) fn plan_lp_round(
     });
     Ok(match best {
         Some(b) => Outcome {
+            exact_model: false,
             status: if optimal(&b) {
                 Status::Optimal
             } else {
@@ -724,6 +728,7 @@ pub(crate) fn plan_lp_round(
             limit,
         },
         None => Outcome {
+            exact_model: false,
             plan: None,
             status: if proven_infeasible {
                 Status::Infeasible
@@ -762,18 +767,21 @@ fn exact_polish(
     let improved = |c: f64| best.map_or(true, |b| c < b.cost);
     Ok(match (res.status, res.best) {
         (run::RunStatus::Optimal, Some(b)) => Some(Outcome {
+            exact_model: true,
             lower_bound: Some(b.cost),
             plan: Some(b.plan),
             status: Status::Optimal,
             limit: None,
         }),
         (_, Some(b)) if improved(b.cost) => Some(Outcome {
+            exact_model: true,
             lower_bound: res.lower_bound.map(|l| l.min(b.cost)),
             plan: Some(b.plan),
             status: Status::Feasible,
             limit: (res.status == run::RunStatus::TimeLimit).then_some(Limit::Time),
         }),
         (run::RunStatus::Infeasible, None) => Some(Outcome {
+            exact_model: true,
             plan: None,
             status: Status::Infeasible,
             lower_bound: None,

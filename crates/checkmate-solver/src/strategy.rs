@@ -115,7 +115,7 @@ impl SolveOptions {
 
     /// Whether a lower bound `bound` proves a plan of cost `cost` optimal: within the relative
     /// gap [`SolveOptions::mip_gap`], as HiGHS's MILP means "optimal".
-    pub(crate) fn proves_optimal(&self, cost: f64, bound: f64) -> bool {
+    pub fn proves_optimal(&self, cost: f64, bound: f64) -> bool {
         cost <= bound * (1.0 + self.mip_gap.max(0.0))
     }
 }
@@ -227,6 +227,10 @@ pub struct Outcome {
     pub lower_bound: Option<f64>,
     /// The limit that ended the search early, if one did.
     pub limit: Option<Limit>,
+    /// HiGHS solved the strategy's exact MILP (`milp`'s stage model, in the formulation asked
+    /// for) for this answer; `false` where the answer came without it: a heuristic's plan that
+    /// meets a proven bound, a model too large to build, or a strategy that has none.
+    pub exact_model: bool,
 }
 
 /// A rematerialization strategy: given a graph and an activation budget, a plan.
@@ -314,6 +318,8 @@ pub struct Solution {
     pub from_incumbent: bool,
     /// The limit that ended the strategy's search early, if one did.
     pub limit: Option<Limit>,
+    /// See [`Outcome::exact_model`]: whether HiGHS solved the exact MILP for this answer.
+    pub exact_model: bool,
 }
 
 impl Solution {
@@ -355,6 +361,7 @@ pub fn solve(
     // its workspace live together): answer without running the strategy.
     let mut outcome = if budget_bytes < graph.min_feasible_activation_bytes() {
         Outcome {
+            exact_model: false,
             plan: None,
             status: Status::Infeasible,
             lower_bound: None,
@@ -497,6 +504,7 @@ pub fn solve(
         solve_seconds,
         from_incumbent: fits && from_incumbent,
         limit: outcome.limit,
+        exact_model: outcome.exact_model,
     })
 }
 

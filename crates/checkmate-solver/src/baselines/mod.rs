@@ -161,12 +161,14 @@ pub(crate) fn best_within(graph: &Graph, candidates: &[Evaluated], budget: u64) 
     let best = cheapest_within(candidates, budget, |e| (e.peak, e.cost));
     match best {
         Some(e) => Outcome {
+            exact_model: false,
             plan: Some(e.schedule.to_plan(graph)),
             status: Status::Feasible,
             lower_bound: None,
             limit: None,
         },
         None => Outcome {
+            exact_model: false,
             plan: None,
             status: Status::NoPlanFound,
             lower_bound: None,

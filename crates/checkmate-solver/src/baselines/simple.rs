@@ -31,6 +31,7 @@ impl Strategy for CheckpointAll {
 
     fn plan(&self, graph: &Graph, _budget_bytes: u64, _options: &SolveOptions) -> Result<Outcome> {
         Ok(Outcome {
+            exact_model: false,
             plan: Some(Self::schedule(graph).to_plan(graph)),
             // Every node computed once: no plan is cheaper.
             status: Status::Optimal,
@@ -73,6 +74,7 @@ impl Strategy for CheckpointLast {
 
     fn plan(&self, graph: &Graph, _budget_bytes: u64, _options: &SolveOptions) -> Result<Outcome> {
         Ok(Outcome {
+            exact_model: false,
             plan: Some(Self::schedule(graph).to_plan(graph)),
             status: Status::Feasible,
             lower_bound: None,

@@ -783,6 +783,7 @@ impl Strategy for Milp {
             }
             let optimal = proven(bound);
             return Ok(Outcome {
+                exact_model: false,
                 status: match (&inc, optimal) {
                     (Some(_), true) => Status::Optimal,
                     (Some(_), false) => Status::Feasible,
@@ -837,6 +838,7 @@ impl Strategy for Milp {
         if proven_by_cover(&incumbent) {
             let lower_bound = cover.zip(incumbent.as_ref()).map(|(b, i)| b.min(i.cost));
             return Ok(Outcome {
+                exact_model: false,
                 plan: incumbent.map(|i| i.plan),
                 status: Status::Optimal,
                 lower_bound,
@@ -878,6 +880,7 @@ impl Strategy for Milp {
                 match (res.status, res.best) {
                     (RunStatus::Optimal, Some(b)) if b.cost < c => {
                         return Ok(Outcome {
+                            exact_model: true,
                             limit: None,
                             lower_bound: Some(
                                 res.lower_bound
@@ -937,24 +940,28 @@ impl Strategy for Milp {
         let limit = (res.status == RunStatus::TimeLimit).then_some(Limit::Time);
         Ok(match (res.status, res.best) {
             (RunStatus::Optimal, Some(b)) => Outcome {
+                exact_model: true,
                 plan: Some(b.plan),
                 status: Status::Optimal,
                 lower_bound,
                 limit,
             },
             (RunStatus::Infeasible, None) | (RunStatus::Optimal, None) => Outcome {
+                exact_model: true,
                 plan: None,
                 status: Status::Infeasible,
                 lower_bound: None,
                 limit,
             },
             (_, Some(b)) => Outcome {
+                exact_model: true,
                 plan: Some(b.plan),
                 status: Status::Feasible,
                 lower_bound,
                 limit,
             },
             (RunStatus::TimeLimit, None) => Outcome {
+                exact_model: true,
                 plan: None,
                 status: Status::Timeout,
                 lower_bound,
