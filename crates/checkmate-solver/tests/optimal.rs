@@ -266,7 +266,10 @@ fn every_strategy_fits_and_loses_to(
 fn milp_cost(g: &Graph, budget: u64, options: &SolveOptions) -> Option<f64> {
     let out = Milp.plan(g, budget, options).expect("milp runs");
     // Without a warm start nothing can meet a bound before the MILP.
-    assert!(options.warm_start || out.exact_model, "no warm start, yet no MILP");
+    assert!(
+        options.warm_start || out.exact_model,
+        "no warm start, yet no MILP"
+    );
     match out.plan {
         Some(plan) => {
             let sim = simulate(g, &plan).expect("milp plans are valid");
@@ -274,7 +277,9 @@ fn milp_cost(g: &Graph, budget: u64, options: &SolveOptions) -> Option<f64> {
             assert_eq!(out.status, Status::Optimal);
             // An optimum proven without the exact MILP is a plan that meets a proven bound.
             if !out.exact_model {
-                let lb = out.lower_bound.expect("a proof without the MILP states its bound");
+                let lb = out
+                    .lower_bound
+                    .expect("a proof without the MILP states its bound");
                 assert!(
                     options.proves_optimal(sim.cost, lb),
                     "optimal without the MILP: cost {} against bound {lb}",
