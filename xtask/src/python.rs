@@ -73,7 +73,13 @@ fn built_module(root: &Path) -> Result<PathBuf> {
 pub fn test(cargo: &str, env: &[(&str, &str)]) -> Result<()> {
     let root = workspace_root();
     let python = python()?;
-    run_with(cargo, &["build", "-p", "checkmate-py"], env)?;
+    // The module, and the CLI whose plans the tests compare with it (`CHECKMATE_BIN`): built
+    // here, so that `cargo xtask pytest` works without an earlier `cargo test`.
+    run_with(
+        cargo,
+        &["build", "-p", "checkmate-py", "-p", "checkmate-cli"],
+        env,
+    )?;
     let pkg = root.join("target/python/checkmate_rs");
     let _ = std::fs::remove_dir_all(&pkg);
     copy_dir(&root.join("crates/checkmate-py/python/checkmate_rs"), &pkg)?;

@@ -329,7 +329,8 @@ const PLAN_KEYS: [&str; 7] = [
 /// peak plus static memory, or units such as "6GiB") with `strategy` (see `strategies()`), as
 /// `checkmate solve` does. Returns a dict: strategy, status, cost, lower_bound, peak_bytes,
 /// total_peak_bytes, overhead, computes, plan (list of steps), plan_json (checkmate-plan/1),
-/// solve_seconds, budget_bytes (total), activation_budget_bytes, limit. Raises CheckmateError when
+/// solve_seconds, budget_bytes (total), activation_budget_bytes, limit, exact_model (whether HiGHS
+/// solved the exact MILP for this answer). Raises CheckmateError when
 /// no plan fits (the message names the least feasible budget when known).
 #[pyfunction]
 #[pyo3(signature = (graph, budget, strategy="milp", *, time_limit=None, threads=1, mip_gap=1e-4, seed=0, warm_start=true))]
@@ -360,6 +361,7 @@ fn solve<'py>(
     d.set_item("budget_bytes", activation + g.static_bytes())?;
     d.set_item("activation_budget_bytes", activation)?;
     d.set_item("limit", solution.limit.as_ref().map(|l| l.to_string()))?;
+    d.set_item("exact_model", solution.exact_model)?;
     match &solution.plan {
         Some(plan) => {
             let s = simulation_dict(py, g, plan)?;

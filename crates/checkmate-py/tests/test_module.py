@@ -65,6 +65,9 @@ def test_solve_every_strategy_and_milp_is_never_worse():
     assert best["status"] == "optimal"
     assert best["total_peak_bytes"] <= budget
     assert best["computes"] > len(g), "a tight budget recomputes"
+    # Without a warm start nothing meets a bound before the MILP: the answer is HiGHS's.
+    cold = cm.solve(g, budget, "milp", warm_start=False)
+    assert cold["exact_model"] is True and cold["cost"] == best["cost"]
     for name in cm.strategies():
         try:
             r = cm.solve(g, budget, name, time_limit=5)
@@ -72,6 +75,8 @@ def test_solve_every_strategy_and_milp_is_never_worse():
             continue  # a baseline may find no plan at this budget
         assert r["total_peak_bytes"] <= budget, name
         assert r["cost"] >= best["cost"] - 1e-9, name
+        if name not in ("milp", "lp-round"):
+            assert r["exact_model"] is False, name
         assert cm.simulate(g, r["plan"])["cost"] == r["cost"]
         assert cm.simulate(g, r["plan_json"])["peak_bytes"] == r["peak_bytes"]
 

@@ -64,7 +64,7 @@ def solve(
 ) -> Dict[str, Any]:
     """Keys: strategy, status, cost, lower_bound, peak_bytes, total_peak_bytes, overhead,
     computes, plan (list of ("compute"|"free", node)), plan_json, solve_seconds, budget_bytes,
-    activation_budget_bytes, limit."""
+    activation_budget_bytes, limit, exact_model (whether HiGHS solved the exact MILP)."""
 
 def simulate(graph: Graph, plan: Union[Sequence[Step], str]) -> Dict[str, Any]:
     """Keys: cost, peak_bytes, total_peak_bytes, peak_step, computes, overhead, live_after_step."""
