@@ -705,7 +705,6 @@ pub(crate) fn plan_lp_round(
         };
         if let Some(out) = exact_polish(graph, budget_bytes, options, until, best.as_ref())? {
             return Ok(Outcome {
-                exact_model: false,
                 lower_bound: out.lower_bound.or(lower_bound),
                 ..out
             });
