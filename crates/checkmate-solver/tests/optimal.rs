@@ -558,3 +558,46 @@ fn milp_survives_wrong_presolve_reductions() {
     }
     assert!(seen >= 4, "the graphs of {dir} were not read");
 }
+
+/// Where no heuristic of `lp-round` finds a plan (at the least feasible budget of small random
+/// layered graphs), its exact polish answers from HiGHS's MILP, and the answer says so
+/// (`exact_model`) and is `milp`'s proven optimum. The budgets are the least feasible ones that
+/// `Milp::least_feasible_budget` proves for these graphs (18 s and 19 s, so not repeated here).
+/// A wrapper that reset `exact_model` on this path went unnoticed before (bb39ad0).
+#[test]
+fn lp_round_answers_from_its_exact_polish_say_so() {
+    use checkmate_graph::generate::{random_layered, LayeredParams};
+    let lp_round = strategy_by_name("lp-round").expect("known strategy");
+    let options = SolveOptions {
+        threads: 1,
+        ..SolveOptions::default()
+    };
+    let mut exact = 0;
+    for (seed, least) in [(28u64, 17960u64), (37, 22640)] {
+        let g = random_layered(&LayeredParams::moccasin(24, 0.4), seed).expect("valid params");
+        let optimum = solve(&g, &Milp, least, &options).expect("solves");
+        assert_eq!(optimum.status, Status::Optimal, "seed {seed}");
+        let opt_cost = optimum.simulation.expect("a plan").cost;
+        let s = solve(&g, lp_round.as_ref(), least, &options).expect("solves");
+        let cost = s
+            .simulation
+            .as_ref()
+            .expect("a plan at a feasible budget")
+            .cost;
+        if s.exact_model {
+            exact += 1;
+            // The polish proves its answer optimal, or stops with a plan cheaper than the
+            // heuristics'; either way HiGHS's answer can only be the optimum here.
+            assert_eq!(s.status, Status::Optimal, "seed {seed}");
+            assert!(
+                (cost - opt_cost).abs() <= 1e-6 * opt_cost,
+                "seed {seed}: {cost} vs {opt_cost}"
+            );
+        }
+        assert!(
+            cost >= opt_cost * (1.0 - 1e-9),
+            "seed {seed}: {cost} below the optimum {opt_cost}"
+        );
+    }
+    assert!(exact > 0, "no lp-round answer came from its exact polish");
+}
