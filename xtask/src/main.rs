@@ -21,6 +21,8 @@ mod bench_results;
 mod bench_scale;
 #[cfg(feature = "bench")]
 mod bench_solver;
+#[cfg(feature = "bench")]
+mod bench_targets;
 mod prereq;
 mod python;
 
@@ -41,7 +43,9 @@ commands:
                      [--models a,b] [--batches 2,4] [--strategies ..] [--budgets 100,80,60,40]
                      (training steps' heap vs budget and prediction, docs/MEMORY_BENCH.md);
                      limits [--limits 10,30] (solves' wall time and peak RSS against their
-                     limits, docs/LIMITS_BENCH.md); op [--quick] (operator-level graphs at
+                     limits, docs/LIMITS_BENCH.md); solver-targets [--random-dir DIR]
+                     (families, solver runs A and B and scale in one run, about 70 min:
+                     target/bench-targets/TARGETS.md); op [--quick] (operator-level graphs at
                      MONeT's sizes, predicted and trained: section 7 of docs/RESULTS.md);
                      results-solver
                      (the same with short limits, for docs/RESULTS.md), frontier, plan, max-batch,
@@ -265,12 +269,13 @@ fn bench_parts(part: &str, rest: &[String]) -> Result<()> {
         "op" => bench_op::run(&rest[1..]),
         "impl" => bench_impl::run(&rest[1..]),
         "scale" => bench_scale::run(&rest[1..]),
+        "solver-targets" => bench_targets::run(&rest[1..]),
         "memory" => bench_memory::run(&rest[1..]),
         p if bench_results::PARTS.contains(&p) => bench_results::run(p, &rest[1..]),
         "all" => bench_results::run("results", rest),
         p if p.starts_with("--") => bench_results::run("results", rest),
         other => bail!(
-            "unknown bench part {other:?}; known: simulator, solver, generated, limits, scale, memory, op, impl, {}",
+            "unknown bench part {other:?}; known: simulator, solver, generated, limits, scale, solver-targets, memory, op, impl, {}",
             bench_results::PARTS.join(", ")
         ),
     }
