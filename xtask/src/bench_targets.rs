@@ -57,16 +57,25 @@ pub fn run(args: &[String]) -> Result<()> {
     if let Some(d) = &random {
         scale_args.extend(["--random-dir", d.as_str()]);
     }
-    type Part<'a> = (&'a str, fn(&[String]) -> Result<()>, Vec<String>, &'a str);
+    // (name, `cargo xtask bench` subcommand, its entry point, its arguments, its report).
+    type Part<'a> = (
+        &'a str,
+        &'a str,
+        fn(&[String]) -> Result<()>,
+        Vec<String>,
+        &'a str,
+    );
     let parts: Vec<Part> = vec![
         (
             "families",
+            "generated",
             crate::bench_generated::run,
             strings(&["--suite", "families", "--out", families.as_str()]),
             families.as_str(),
         ),
         (
             "run A",
+            "solver",
             crate::bench_solver::run,
             strings(&[
                 "--only",
@@ -84,6 +93,7 @@ pub fn run(args: &[String]) -> Result<()> {
         ),
         (
             "run B",
+            "solver",
             crate::bench_solver::run,
             strings(&[
                 "--only",
@@ -100,6 +110,7 @@ pub fn run(args: &[String]) -> Result<()> {
         ),
         (
             "scale",
+            "scale",
             crate::bench_scale::run,
             strings(&scale_args),
             scale.as_str(),
@@ -115,21 +126,14 @@ pub fn run(args: &[String]) -> Result<()> {
         crate::bench_results::machine()
     )?;
     let mut sections = String::new();
-    for (name, run, args, report) in parts {
+    for (name, sub, run, args, report) in parts {
         let start = crate::bench_results::date();
         eprintln!("bench solver-targets: {name} ({start})");
         run(&args).with_context(|| format!("the {name} part"))?;
         let end = crate::bench_results::date();
         writeln!(
             md,
-            "- {name}: {start} to {end}, `cargo xtask bench {} {}`",
-            if name == "families" {
-                "generated"
-            } else if name == "scale" {
-                "scale"
-            } else {
-                "solver"
-            },
+            "- {name}: {start} to {end}, `cargo xtask bench {sub} {}`",
             args.join(" ")
         )?;
         let text = std::fs::read_to_string(report).with_context(|| format!("reading {report}"))?;
