@@ -183,6 +183,7 @@ fn trains_on_npy_arrays() {
         out.contains("label 5") && out.contains("--classes"),
         "{out}"
     );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
