@@ -164,7 +164,15 @@ pub fn run(args: SolveArgs) -> Result<()> {
             );
         }
         if let Some(lb) = solution.lower_bound {
-            println!("lower bound  {lb}");
+            println!(
+                "{}",
+                bound_line(
+                    lb,
+                    sim.map(|s| s.cost),
+                    graph.total_cost(),
+                    graph.cost_unit()
+                )
+            );
         }
         println!("solve time   {:.3} s", solution.solve_seconds);
         if let Some(rss) = checkmate_solver::peak_resident_bytes() {
@@ -186,4 +194,74 @@ pub fn run(args: SolveArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `lower bound` line of `solve`: the bound in the graph's cost unit, against one compute per
+/// node (`base`), and how far above it the plan is at most (the gap still open to the optimum).
+fn bound_line(lb: f64, cost: Option<f64>, base: f64, unit: &str) -> String {
+    let mut line = format!("lower bound  {} {unit}", format_cost(lb));
+    if base > 0.0 {
+        line.push_str(&format!(
+            " ({:+.2}% vs no recomputation",
+            100.0 * (lb / base - 1.0)
+        ));
+        match cost {
+            Some(c) if lb > 0.0 => line.push_str(&format!(
+                "; the plan is at most {:.2}% above the optimum)",
+                100.0 * (c / lb - 1.0).max(0.0)
+            )),
+            _ => line.push(')'),
+        }
+    }
+    line
+}
+
+/// A cost for reading: whole units when it is that large, six significant digits below
+/// (`--json` has the exact value).
+fn format_cost(c: f64) -> String {
+    if c.abs() >= 1e5 {
+        format!("{c:.0}")
+    } else {
+        let digits = 5 - c.abs().max(1e-12).log10().floor().clamp(-6.0, 5.0) as i32;
+        let s = format!("{c:.*}", digits.max(0) as usize);
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_line_states_the_gap_left_to_the_optimum() {
+        assert_eq!(
+            bound_line(109098.9993711, Some(111725.0), 102810.0, "duration"),
+            "lower bound  109099 duration (+6.12% vs no recomputation; \
+             the plan is at most 2.41% above the optimum)"
+        );
+        assert_eq!(
+            bound_line(15620.0, Some(15620.0), 15500.0, "ms"),
+            "lower bound  15620 ms (+0.77% vs no recomputation; \
+             the plan is at most 0.00% above the optimum)"
+        );
+        // Without a plan there is no gap to state; without a base cost no overhead.
+        assert_eq!(
+            bound_line(2.5, None, 2.0, "s"),
+            "lower bound  2.5 s (+25.00% vs no recomputation)"
+        );
+        assert_eq!(bound_line(2.5, Some(3.0), 0.0, "s"), "lower bound  2.5 s");
+    }
+
+    #[test]
+    fn costs_are_printed_to_six_significant_digits_or_whole_units() {
+        assert_eq!(format_cost(109098.9993711), "109099");
+        assert_eq!(format_cost(12345.67891), "12345.7");
+        assert_eq!(format_cost(0.0123456789), "0.0123457");
+        assert_eq!(format_cost(0.5), "0.5");
+        assert_eq!(format_cost(0.0), "0");
+    }
 }

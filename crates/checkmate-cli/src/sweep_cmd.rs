@@ -141,8 +141,16 @@ fn to_json(s: &Sweep) -> serde_json::Value {
     })
 }
 
+/// The point's proven lower bound as an overhead over one compute per node (the unit of the
+/// table's cells), when it has a plan and a bound.
+fn bound_overhead(p: &SweepPoint) -> Option<f64> {
+    let (cost, overhead, lb) = (p.cost?, p.overhead?, p.lower_bound?);
+    (cost > 0.0).then(|| lb / cost * (1.0 + overhead) - 1.0)
+}
+
 /// One table cell: the overhead, or why there is none; `*`: not proven optimal (strategies that
-/// can prove it, `proves`), `^`: the plan of a smaller budget.
+/// can prove it, `proves`), followed by the proven bound in brackets when there is one; `^`: the
+/// plan of a smaller budget.
 fn cell(p: Option<&SweepPoint>, proves: bool) -> String {
     match p {
         None => "?".into(),
@@ -152,9 +160,12 @@ fn cell(p: Option<&SweepPoint>, proves: bool) -> String {
                 100.0 * o,
                 if p.carried_from.is_some() { "^" } else { "" },
                 if proves && !p.proven_optimal() {
-                    "*"
+                    match bound_overhead(p) {
+                        Some(b) => format!("* [{:+.1}%]", 100.0 * b),
+                        None => "*".into(),
+                    }
                 } else {
-                    ""
+                    String::new()
                 }
             ),
             (PointStatus::Solved(st), None) => st.as_str().into(),
@@ -183,14 +194,28 @@ fn print_table(s: &Sweep) {
         .collect();
     if !proving.is_empty() {
         println!(
-            "{}: proven optimal unless marked '*'; '^': the plan of a smaller budget (none cheaper found)",
+            "{}: proven optimal unless marked '*' (then '[..]': the proven lower bound, when known); '^': the plan of a smaller budget (none cheaper found)",
             proving.join(", ")
         );
     } else {
         println!("'^': the plan of a smaller budget (none cheaper found)");
     }
     let names: Vec<&str> = s.bounds.iter().map(|b| b.strategy.as_str()).collect();
-    let width = names.iter().map(|n| n.len()).max().unwrap_or(8).max(9);
+    let cells: Vec<Vec<String>> = (0..s.budgets.len())
+        .map(|b| {
+            s.bounds
+                .iter()
+                .map(|bound| cell(s.point(b, &bound.strategy), bound.proves_optimality))
+                .collect()
+        })
+        .collect();
+    let width = names
+        .iter()
+        .map(|n| n.len())
+        .chain(cells.iter().flatten().map(|c| c.chars().count()))
+        .max()
+        .unwrap_or(8)
+        .max(9);
     let mut header = format!("{:>12} {:>6}", "budget", "%all");
     for n in &names {
         header.push_str(&format!(" {n:>width$}"));
@@ -202,8 +227,7 @@ fn print_table(s: &Sweep) {
             format_bytes(budget),
             100.0 * budget as f64 / s.checkpoint_all_peak.max(1) as f64
         );
-        for bound in &s.bounds {
-            let c = cell(s.point(b, &bound.strategy), bound.proves_optimality);
+        for c in &cells[b] {
             row.push_str(&format!(" {c:>width$}"));
         }
         println!("{row}");
@@ -346,4 +370,38 @@ fn draw_frontier(s: &Sweep, path: &Path) -> Result<()> {
     }
     root.present().map_err(|e| draw_err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use checkmate_solver::Status;
+
+    fn point(status: Status, cost: f64, base: f64, lower_bound: Option<f64>) -> SweepPoint {
+        SweepPoint {
+            budget_bytes: 100,
+            strategy: "milp".into(),
+            status: PointStatus::Solved(status),
+            cost: Some(cost),
+            overhead: Some(cost / base - 1.0),
+            peak_bytes: Some(90),
+            seconds: 1.0,
+            error: None,
+            lower_bound,
+            carried_from: None,
+        }
+    }
+
+    #[test]
+    fn cells_not_proven_optimal_show_their_bound() {
+        let p = point(Status::Feasible, 150.0, 100.0, Some(110.0));
+        assert_eq!(cell(Some(&p), true), "+50.0%* [+10.0%]");
+        let p = point(Status::Feasible, 150.0, 100.0, None);
+        assert_eq!(cell(Some(&p), true), "+50.0%*");
+        let p = point(Status::Optimal, 150.0, 100.0, Some(150.0));
+        assert_eq!(cell(Some(&p), true), "+50.0%");
+        // Strategies that cannot prove optimality get no mark and no bound.
+        let p = point(Status::Feasible, 150.0, 100.0, Some(110.0));
+        assert_eq!(cell(Some(&p), false), "+50.0%");
+    }
 }

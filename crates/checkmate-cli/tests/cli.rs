@@ -304,3 +304,29 @@ fn plans_name_the_implementations_they_use() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn solve_prints_its_bound_with_the_gap_left() {
+    let (ok, out, err) = common::run(&[
+        "solve",
+        "--graph",
+        VGG16,
+        "--strategy",
+        "milp",
+        "--budget",
+        "95%",
+        "--threads",
+        "1",
+    ]);
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("lower bound"))
+        .unwrap_or_else(|| panic!("no bound line: {out}"));
+    // Proven optimal: the bound is the plan's cost, and no gap is left.
+    assert!(out.contains("status       optimal"), "{out}");
+    assert!(
+        line.contains("vs no recomputation; the plan is at most 0.00% above the optimum"),
+        "{line}"
+    );
+}
