@@ -219,16 +219,13 @@ fn bound_line(lb: f64, cost: Option<f64>, base: f64, unit: &str) -> String {
 /// A cost for reading: whole units when it is that large, six significant digits below
 /// (`--json` has the exact value).
 fn format_cost(c: f64) -> String {
-    if c.abs() >= 1e5 {
-        format!("{c:.0}")
+    // Decimals for six significant digits: none from 1e5 up, at most 11 (tiny costs).
+    let decimals = (5.0 - c.abs().max(1e-12).log10().floor().clamp(-6.0, 5.0)) as usize;
+    let s = format!("{c:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
-        let digits = 5 - c.abs().max(1e-12).log10().floor().clamp(-6.0, 5.0) as i32;
-        let s = format!("{c:.*}", digits.max(0) as usize);
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s
-        }
+        s
     }
 }
 

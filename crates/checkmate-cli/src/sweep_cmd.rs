@@ -141,17 +141,11 @@ fn to_json(s: &Sweep) -> serde_json::Value {
     })
 }
 
-/// The point's proven lower bound as an overhead over one compute per node (the unit of the
-/// table's cells), when it has a plan and a bound.
-fn bound_overhead(p: &SweepPoint) -> Option<f64> {
-    let (cost, overhead, lb) = (p.cost?, p.overhead?, p.lower_bound?);
-    (cost > 0.0).then(|| lb / cost * (1.0 + overhead) - 1.0)
-}
-
 /// One table cell: the overhead, or why there is none; `*`: not proven optimal (strategies that
-/// can prove it, `proves`), followed by the proven bound in brackets when there is one; `^`: the
-/// plan of a smaller budget.
-fn cell(p: Option<&SweepPoint>, proves: bool) -> String {
+/// can prove it, `proves`), followed by the proven bound in brackets when there is one, as an
+/// overhead over `base` (the sweep's cost of one compute per node); `^`: the plan of a smaller
+/// budget.
+fn cell(p: Option<&SweepPoint>, proves: bool, base: f64) -> String {
     match p {
         None => "?".into(),
         Some(p) => match (p.status, p.overhead) {
@@ -160,9 +154,9 @@ fn cell(p: Option<&SweepPoint>, proves: bool) -> String {
                 100.0 * o,
                 if p.carried_from.is_some() { "^" } else { "" },
                 if proves && !p.proven_optimal() {
-                    match bound_overhead(p) {
-                        Some(b) => format!("* [{:+.1}%]", 100.0 * b),
-                        None => "*".into(),
+                    match p.lower_bound {
+                        Some(lb) if base > 0.0 => format!("* [{:+.1}%]", 100.0 * (lb / base - 1.0)),
+                        _ => "*".into(),
                     }
                 } else {
                     String::new()
@@ -205,7 +199,13 @@ fn print_table(s: &Sweep) {
         .map(|b| {
             s.bounds
                 .iter()
-                .map(|bound| cell(s.point(b, &bound.strategy), bound.proves_optimality))
+                .map(|bound| {
+                    cell(
+                        s.point(b, &bound.strategy),
+                        bound.proves_optimality,
+                        s.base_cost,
+                    )
+                })
                 .collect()
         })
         .collect();
@@ -395,13 +395,13 @@ mod tests {
     #[test]
     fn cells_not_proven_optimal_show_their_bound() {
         let p = point(Status::Feasible, 150.0, 100.0, Some(110.0));
-        assert_eq!(cell(Some(&p), true), "+50.0%* [+10.0%]");
+        assert_eq!(cell(Some(&p), true, 100.0), "+50.0%* [+10.0%]");
         let p = point(Status::Feasible, 150.0, 100.0, None);
-        assert_eq!(cell(Some(&p), true), "+50.0%*");
+        assert_eq!(cell(Some(&p), true, 100.0), "+50.0%*");
         let p = point(Status::Optimal, 150.0, 100.0, Some(150.0));
-        assert_eq!(cell(Some(&p), true), "+50.0%");
+        assert_eq!(cell(Some(&p), true, 100.0), "+50.0%");
         // Strategies that cannot prove optimality get no mark and no bound.
         let p = point(Status::Feasible, 150.0, 100.0, Some(110.0));
-        assert_eq!(cell(Some(&p), false), "+50.0%");
+        assert_eq!(cell(Some(&p), false, 100.0), "+50.0%");
     }
 }
